@@ -1,0 +1,151 @@
+"""Everything a result depends on, stamped into results.json so two runs can be told apart.
+
+Inside a kernellab image the image's facts come from /etc/kernellab/ (spec.json, lock-sha256,
+written at build time) and KERNELLAB_IMAGE_ID (set by the container runner); elsewhere the
+image is "native".
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+from pathlib import Path
+from typing import Any
+
+from .. import ROOT, envinfo, proc
+
+IMAGE_FACTS = Path("/etc/kernellab")
+
+
+def cache_dir() -> Path:
+    """$KERNELLAB_CACHE (/cache in containers), else ~/.cache/kernellab."""
+    return Path(os.environ.get("KERNELLAB_CACHE") or Path.home() / ".cache" / "kernellab")
+
+
+def collect(*, gpu: dict[str, Any] | None, root: Path = ROOT, facts: Path = IMAGE_FACTS) -> dict[str, Any]:
+    """The software side (versions, pip freeze, image, git, arch flags) plus the GPU facts given."""
+    software = envinfo.collect()
+    versions = software["versions"]
+    return {
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": versions.get("python"),
+        "torch": versions.get("torch"),
+        "cuda_runtime": versions.get("torch_cuda"),
+        "triton": versions.get("triton"),
+        "nvcc": versions.get("nvcc"),
+        "arch_flags": _arch_flags(),
+        "image": image(facts),
+        "git": git_state(root),
+        "gpu": gpu,
+        "versions": versions,
+        "pip_freeze": software["pip_freeze"],
+    }
+
+
+def gpu_facts(clock_facts: dict[str, Any] | None) -> dict[str, Any]:
+    """Name, UUID, compute capability, SMs, L2, memory of the current CUDA device, plus NVML facts."""
+    import torch
+
+    index = torch.cuda.current_device()
+    p = torch.cuda.get_device_properties(index)
+    uuid = str(getattr(p, "uuid", "") or "") or None
+    facts: dict[str, Any] = {
+        "name": p.name,
+        "uuid": uuid,
+        "compute_capability": f"{p.major}.{p.minor}",
+        "sm_count": p.multi_processor_count,
+        "l2_bytes": getattr(p, "L2_cache_size", None),
+        "memory_bytes": p.total_memory,
+        "index": index,
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    }
+    if clock_facts:
+        facts["driver"] = clock_facts.get("driver")
+        facts["clocks"] = {k: v for k, v in clock_facts.items() if k != "driver"}
+    return facts
+
+
+def _arch_flags() -> dict[str, Any]:
+    flags: dict[str, Any] = {"TORCH_CUDA_ARCH_LIST": os.environ.get("TORCH_CUDA_ARCH_LIST")}
+    try:
+        import torch
+    except ImportError:
+        return flags
+    if torch.cuda.is_available():
+        flags["torch_arch_list"] = torch.cuda.get_arch_list()
+    return flags
+
+
+def image(facts: Path = IMAGE_FACTS) -> dict[str, Any] | str:
+    """The kernellab image's spec, lock hash and ID, or "native" outside one."""
+    spec_file, lock_file = facts / "spec.json", facts / "lock-sha256"
+    image_id = os.environ.get("KERNELLAB_IMAGE_ID")
+    if not spec_file.exists() and not image_id:
+        return "native"
+    spec = None
+    if spec_file.exists():
+        try:
+            spec = json.loads(spec_file.read_text())
+        except ValueError:
+            spec = {"unreadable": str(spec_file)}
+    lock = lock_file.read_text().strip() if lock_file.exists() else None
+    return {"id": image_id, "lock_sha256": lock, "spec": spec}
+
+
+def git_state(root: Path = ROOT) -> dict[str, Any]:
+    """Commit and dirty flag of the checkout; from .git files alone where git is not installed."""
+    if proc.which("git"):
+        # The repo is often owned by another UID inside a container; safe.directory lets git read it.
+        base = ["git", "-c", "safe.directory=*", "-C", str(root)]
+        head = proc.run([*base, "rev-parse", "HEAD"], check=False, timeout=30)
+        if head.ok:
+            status = proc.run([*base, "status", "--porcelain", "--untracked-files=no"], check=False, timeout=60)
+            return {"commit": head.stdout.strip(), "dirty": bool(status.stdout.strip()) if status.ok else None}
+    return {"commit": _commit_from_files(root / ".git"), "dirty": None}
+
+
+def _commit_from_files(git: Path) -> str | None:
+    try:
+        head = (git / "HEAD").read_text().strip()
+        if not head.startswith("ref: "):
+            return head
+        ref = head[5:]
+        if (git / ref).exists():
+            return (git / ref).read_text().strip()
+        for line in (git / "packed-refs").read_text().splitlines():
+            if line.endswith(" " + ref):
+                return line.split()[0]
+    except OSError:
+        pass
+    return None  # not a checkout, or no commit yet
+
+
+def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """What differs between two runs' environments in ways that move timings."""
+    def get(env: dict[str, Any], *path: str) -> Any:
+        for key in path:
+            env = env.get(key) if isinstance(env, dict) else None  # type: ignore[assignment]
+        return env
+
+    def image_key(env: dict[str, Any]) -> Any:
+        img = env.get("image")
+        return img if isinstance(img, str) else (img or {}).get("lock_sha256") or (img or {}).get("id")
+
+    checks = [
+        ("GPU", lambda e: get(e, "gpu", "name")),
+        ("GPU UUID", lambda e: get(e, "gpu", "uuid")),
+        ("driver", lambda e: get(e, "gpu", "driver")),
+        ("image", image_key),
+        ("torch", lambda e: e.get("torch")),
+        ("CUDA runtime", lambda e: e.get("cuda_runtime")),
+        ("triton", lambda e: e.get("triton")),
+        ("clock lock", lambda e: get(e, "clock_lock", "locked")),
+    ]
+    out = []
+    for label, read in checks:
+        a, b = read(old), read(new)
+        if a != b:
+            out.append(f"{label}: {a} -> {b}")
+    return out

@@ -1,0 +1,93 @@
+"""speedup.png and roofline.png for a run (matplotlib, Agg backend: no display needed).
+
+Importing this module imports matplotlib; the runner imports it lazily and goes on without plots
+(saying so) where matplotlib is missing.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from . import results  # noqa: E402
+
+
+def write(folder: Path, doc: dict[str, Any]) -> list[Path]:
+    """Write speedup.png and roofline.png into folder; return their paths."""
+    paths = [folder / "speedup.png", folder / "roofline.png"]
+    speedup(doc, paths[0])
+    roofline(doc, paths[1])
+    return paths
+
+
+def _label(row: dict[str, Any]) -> str:
+    return f"{row['op']} {results.shape_label(row['shape'])} {row['dtype']} [{row['impl']}]"
+
+
+def speedup(doc: dict[str, Any], path: Path) -> None:
+    """Horizontal bars: each candidate at each shape against each baseline, with its 95% interval."""
+    rows = [r for r in doc["rows"] if r.get("speedups")]
+    bases = results.baseline_names(doc)
+    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.35 * max(1, len(rows)) * max(1, len(bases))))
+    height = 0.8 / max(1, len(bases))
+    for j, base in enumerate(bases):
+        ys, values, errs = [], [], [[], []]
+        for i, row in enumerate(rows):
+            ratio = row["speedups"].get(base)
+            if ratio:
+                ys.append(i + j * height)
+                values.append(ratio["value"])
+                errs[0].append(ratio["value"] - ratio["lo"])
+                errs[1].append(ratio["hi"] - ratio["value"])
+        ax.barh(ys, values, height=height, xerr=errs, capsize=2, label=f"vs {base}")
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    ax.set_yticks([i + 0.4 - height / 2 for i in range(len(rows))])
+    ax.set_yticklabels([_label(r) for r in rows], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("speedup (baseline median / candidate median), 95% bootstrap interval")
+    ax.set_title(f"kernellab bench {doc['run']}" + ("" if rows else ": no candidate was timed"))
+    if bases:
+        ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def roofline(doc: dict[str, Any], path: Path) -> None:
+    """Log-log TFLOP/s against FLOPs per byte, under the measured copy and GEMM roofs."""
+    rows = [r for r in doc["rows"] if r.get("tflops") and r.get("bytes")]
+    peaks = doc.get("peaks")
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    intensities = [r["flops"] / r["bytes"] for r in rows] or [1.0]
+    lo, hi = min(intensities + [0.1]) / 2, max(intensities + [1000.0]) * 2
+    if peaks:
+        bw_tbs = peaks["copy_gbps"] / 1e3
+        for dtype, tflops in peaks["gemm_tflops"].items():
+            knee = tflops / bw_tbs
+            ax.plot([lo, knee, hi], [lo * bw_tbs, tflops, tflops], linewidth=1, label=f"roof {dtype}")
+    ops = sorted({r["op"] for r in rows})
+    colors = {op: plt.cm.tab10(i % 10) for i, op in enumerate(ops)}
+    for r in rows:
+        candidate = r["role"] == "candidate"
+        ax.scatter(r["flops"] / r["bytes"], r["tflops"], s=28 if candidate else 18,
+                   color=colors[r["op"]] if candidate else "none", edgecolors=colors[r["op"]],
+                   marker="o" if candidate else "s")
+    for op in ops:
+        ax.scatter([], [], color=colors[op], label=op)
+    ax.scatter([], [], color="none", edgecolors="gray", marker="s", label="baselines (hollow)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_xlabel("arithmetic intensity (FLOP / byte moved)")
+    ax.set_ylabel("TFLOP/s")
+    gpu = (doc["environment"].get("gpu") or {}).get("name", "no GPU")
+    ax.set_title(f"roofline, {gpu}" + ("" if peaks else " (no measured peaks: CPU run)"))
+    ax.legend(fontsize=7, loc="lower right")
+    ax.grid(True, which="both", linewidth=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

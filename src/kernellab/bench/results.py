@@ -1,0 +1,196 @@
+"""A run's folder: results.json (everything, raw samples included), results.csv and summary.md.
+
+results.json is the source of truth; the CSV and the Markdown table are views of it, so an old
+run can be re-rendered or compared without the GPU that made it.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+from ..errors import BenchError
+
+SCHEMA = 1
+
+
+def write(folder: Path, doc: dict[str, Any]) -> list[Path]:
+    """Write results.json, results.csv and summary.md into folder; return their paths."""
+    folder.mkdir(parents=True, exist_ok=True)
+    files = {
+        "results.json": json.dumps(doc, indent=1, default=str) + "\n",
+        "results.csv": to_csv(doc),
+        "summary.md": to_markdown(doc),
+    }
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    return [folder / name for name in files]
+
+
+def load(path: Path) -> dict[str, Any]:
+    """A run's results.json, given the file, its folder, or a run name under results/."""
+    from .. import ROOT
+
+    candidates = [path, path / "results.json", ROOT / "results" / path / "results.json"]
+    for candidate in candidates:
+        if candidate.is_file():
+            try:
+                doc = json.loads(candidate.read_text())
+            except ValueError as e:
+                raise BenchError(f"{candidate} is not valid JSON ({e}); point --compare at a run's folder.") from None
+            if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or "rows" not in doc:
+                raise BenchError(f"{candidate} is not a kernellab bench result (schema {SCHEMA}).")
+            return doc
+    raise BenchError(f"no results.json at {path}; give a folder under results/ or its results.json.")
+
+
+# --- views ----------------------------------------------------------------------------------
+
+def shape_label(shape: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in shape.items())
+
+
+def fmt_time(ms: float | None) -> str:
+    if ms is None:
+        return ""
+    if ms < 1.0:
+        return f"{ms * 1e3:.2f} us"
+    if ms < 1000.0:
+        return f"{ms:.3f} ms"
+    return f"{ms / 1e3:.3f} s"
+
+
+def _num(x: float | None, digits: int = 1) -> str:
+    return "" if x is None else f"{x:.{digits}f}"
+
+
+def baseline_names(doc: dict[str, Any]) -> list[str]:
+    """Every baseline that some candidate row was compared with, in order of first appearance."""
+    names: list[str] = []
+    for row in doc["rows"]:
+        for name in row.get("speedups") or {}:
+            if name not in names:
+                names.append(name)
+    return names
+
+
+def _speedup_cell(ratio: dict[str, float] | None) -> str:
+    if not ratio:
+        return ""
+    return f"{ratio['value']:.2f}x [{ratio['lo']:.2f}, {ratio['hi']:.2f}]"
+
+
+def notes(row: dict[str, Any]) -> str:
+    """Why a row has no figure, what is suspect about it, and its CUDA-graph figure if any."""
+    out = []
+    if row["status"] != "ok":
+        out.append(f"{row['status']}: {row.get('reason', '')}".rstrip(": "))
+    if row.get("suspect"):
+        out.append("SUSPECT: " + "; ".join(row["suspect"]))
+    if row.get("graph_ms") is not None:
+        out.append(f"CUDA graph {fmt_time(row['graph_ms'])}")
+    if row.get("stop_reason") == "timeout":
+        out.append("stopped at timeout")
+    clocks = row.get("clocks") or {}
+    if clocks.get("sagged"):
+        out.append(f"SM clock {clocks['sm_mhz_median']:.0f} MHz")
+    return "; ".join(out)
+
+
+CSV_FIELDS = ["op", "shape", "dtype", "impl", "role", "status", "timer", "median_ms", "q1_ms", "q3_ms",
+              "iqr_ms", "mean_ms", "stdev_ms", "min_ms", "n", "stop_reason", "graph_ms", "gbps", "tflops",
+              "pct_peak", "bound", "first_call_ms", "suspect", "reason"]
+
+
+def to_csv(doc: dict[str, Any]) -> str:
+    """One line per (op, shape, dtype, impl); a speedup, low and high column per baseline."""
+    extra = [f"speedup_vs_{b}{s}" for b in baseline_names(doc) for s in ("", "_lo", "_hi")]
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=CSV_FIELDS + extra, lineterminator="\n")
+    w.writeheader()
+    for row in doc["rows"]:
+        s = row.get("stats") or {}
+        line: dict[str, Any] = {
+            "op": row["op"], "shape": shape_label(row["shape"]), "dtype": row["dtype"], "impl": row["impl"],
+            "role": row["role"], "status": row["status"], "timer": row.get("timer"),
+            "median_ms": s.get("median"), "q1_ms": s.get("q1"), "q3_ms": s.get("q3"), "iqr_ms": s.get("iqr"),
+            "mean_ms": s.get("mean"), "stdev_ms": s.get("stdev"), "min_ms": s.get("min"), "n": s.get("n"),
+            "stop_reason": row.get("stop_reason"), "graph_ms": row.get("graph_ms"), "gbps": row.get("gbps"),
+            "tflops": row.get("tflops"), "pct_peak": row.get("pct_peak"), "bound": row.get("bound"),
+            "first_call_ms": row.get("first_call_ms"), "suspect": "; ".join(row.get("suspect") or []),
+            "reason": row.get("reason", ""),
+        }
+        for name, ratio in (row.get("speedups") or {}).items():
+            line[f"speedup_vs_{name}"] = ratio["value"]
+            line[f"speedup_vs_{name}_lo"] = ratio["lo"]
+            line[f"speedup_vs_{name}_hi"] = ratio["hi"]
+        w.writerow(line)
+    return buf.getvalue()
+
+
+def header(doc: dict[str, Any]) -> list[str]:
+    """Lines that say where and how the figures were measured."""
+    env = doc["environment"]
+    gpu = env.get("gpu")
+    lines = []
+    if gpu:
+        l2 = f", {gpu['l2_bytes'] / 2**20:.0f} MiB L2" if gpu.get("l2_bytes") else ""
+        lines.append(f"- GPU: {gpu['name']} (sm_{gpu['compute_capability'].replace('.', '')}, "
+                     f"{gpu['sm_count']} SMs{l2}), driver {gpu.get('driver') or 'unknown'}")
+    else:
+        lines.append("- No GPU: CPU timing (time.perf_counter, no cache flush); not comparable with GPU figures")
+    lines.append(f"- Software: torch {env.get('torch')}, CUDA runtime {env.get('cuda_runtime')}, "
+                 f"nvcc {env.get('nvcc')}, triton {env.get('triton')}, Python {env.get('python')}")
+    image = env.get("image")
+    if isinstance(image, dict):
+        lock = (image.get("lock_sha256") or "")[:12]
+        image = f"{image.get('id') or 'unknown id'} (lock {lock or 'none'})"
+    git = env.get("git") or {}
+    commit = (git.get("commit") or "no commit")[:12]
+    dirty = {True: ", dirty", False: "", None: ", dirty: unknown"}[git.get("dirty")]
+    lines.append(f"- Image: {image}; commit {commit}{dirty}")
+    lock = env.get("clock_lock")
+    if lock:
+        lines.append(f"- Clocks {'locked' if lock['locked'] else 'not locked'} ({lock['evidence']}); "
+                     f"sampled through {env.get('clock_source')}")
+    peaks = doc.get("peaks")
+    if peaks:
+        gemm = ", ".join(f"{k} {v:.0f}" for k, v in peaks["gemm_tflops"].items())
+        lines.append(f"- Measured peaks: copy {peaks['copy_gbps']:.0f} GB/s (read+write); cuBLAS GEMM "
+                     f"{peaks['gemm_n']}^3 TFLOP/s: {gemm}")
+        sheet = doc.get("datasheet")
+        if sheet:
+            lines.append(f"- Datasheet: {sheet['memory_gbps']} GB/s, fp16 {sheet['fp16_tflops']}, "
+                         f"fp32 {sheet['fp32_tflops']} TFLOP/s ({sheet['source']})")
+    s = doc["settings"]
+    lines.append(f"- Timing: {doc['timer']}; one untimed call first; "
+                 + ("L2 flushed (2x its size) before every sample; " if doc["timer"] == "cuda-events" else "")
+                 + f"candidates and baselines interleaved; stop at >= {s['min_samples']} samples and "
+                   f">= {s['min_time_s']} s with stdev < {s['max_rel_stdev']:.0%} of mean or a noise plateau, "
+                   f"or {s['timeout_s']} s per function{' (quick run)' if doc.get('quick') else ''}")
+    lines.append("- Speedup = baseline median / candidate median, 95% bootstrap interval in brackets; "
+                 "% peak = share of the measured copy bandwidth or GEMM rate, whichever binds")
+    return lines
+
+
+def to_markdown(doc: dict[str, Any]) -> str:
+    """summary.md: the environment in a few lines, then one table ready to paste into a paper."""
+    bases = baseline_names(doc)
+    cols = ["op", "shape", "dtype", "impl", "median", "IQR", "GB/s", "TFLOP/s", "% peak",
+            *[f"vs {b}" for b in bases], "notes"]
+    out = [f"# kernellab bench: {doc['run']}", "", *header(doc), "",
+           "| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    for row in doc["rows"]:
+        s = row.get("stats") or {}
+        speedups = row.get("speedups") or {}
+        cells = [row["op"], shape_label(row["shape"]), row["dtype"],
+                 row["impl"] + (" (baseline)" if row["role"] == "baseline" else ""),
+                 fmt_time(s.get("median")), fmt_time(s.get("iqr")), _num(row.get("gbps"), 0),
+                 _num(row.get("tflops"), 2), _num(row.get("pct_peak"), 0),
+                 *[_speedup_cell(speedups.get(b)) for b in bases], notes(row)]
+        out.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
+    if doc.get("warnings"):
+        out += ["", "Warnings:", *[f"- {w}" for w in doc["warnings"]]]
+    return "\n".join(out) + "\n"

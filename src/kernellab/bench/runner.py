@@ -1,0 +1,294 @@
+"""One benchmark run: check every op, time the correct ones against their baselines, stamp it all.
+
+For each op (kernels/<op>/), each bench shape and dtype: inputs from the op's seed, the reference
+output, then every candidate and baseline is checked against it; a wrong or failing one gets a
+row that says why and no timing. The rest are timed together (interleaved) by `timing.measure`,
+then placed under the measured roofline and compared with each baseline.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import re
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, Callable
+
+from .. import ROOT
+from ..errors import BenchError
+from . import clocks, environment, lock, results, roofline, stats, timing
+
+#: (atol, rtol) when an op declares none for a dtype (docs/bench-method.md).
+DEFAULT_TOLERANCES = {"float32": (1e-4, 1e-4), "float16": (1e-3, 1e-3), "bfloat16": (1e-2, 1e-2)}
+
+
+@dataclass(frozen=True)
+class Options:
+    """What `python -m kernellab.bench` was asked to do."""
+
+    select: str | None = None       # -k: which ops
+    quick: bool = False             # first bench shape only, short measurements
+    out: Path | None = None         # the run's folder; default results/<date>-<gpu>
+    refresh_calibration: bool = False
+
+
+@dataclass
+class Context:
+    """What every case of one run shares."""
+
+    device: str                     # "cuda" or "cpu"
+    settings: timing.Settings
+    quick: bool
+    peaks: dict[str, Any] | None    # measured roofline peaks (GPU runs)
+    monitor: clocks.ClockMonitor
+    progress: Progress
+    max_sm_mhz: float | None = None
+
+
+def run(options: Options, *, catalog: Any = None, log: IO[str] | None = None) -> tuple[dict[str, Any], Path]:
+    """Benchmark the selected ops; write results.json, results.csv, summary.md and plots.
+
+    `catalog` is the module that finds and loads ops (kernellab.ops unless a test passes another).
+    Returns the results document and the folder it was written to.
+    """
+    log = log or sys.stderr
+    if catalog is None:
+        from .. import ops as catalog
+    torch = _torch()
+    specs = catalog.discover(select=options.select)
+    if not specs:
+        raise BenchError(f"no op matches -k {options.select!r}; the ops are the folders under kernels/.")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    settings = timing.QUICK if options.quick else timing.DEFAULT
+    probe, probe_why = None, ""
+    gpu = None
+    if device == "cuda":
+        uuid = str(getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "uuid", "") or "")
+        probe, probe_why = clocks.open_probe(uuid) if uuid else (None, "torch reports no GPU UUID")
+        gpu = environment.gpu_facts(probe.facts() if probe else None)
+    env = environment.collect(gpu=gpu)
+    env["clock_source"] = probe.source if probe else f"none ({probe_why})" if gpu else None
+    if gpu:
+        env["clock_lock"] = clocks.clock_lock((gpu.get("clocks") or {}))
+    started = dt.datetime.now(dt.timezone.utc)
+    name = options.out.name if options.out else _run_name(started, gpu)
+    folder = options.out or ROOT / "results" / name
+    cache = environment.cache_dir()
+    key = (gpu or {}).get("uuid") or f"cpu-{env['host']}"
+    doc: dict[str, Any] = {
+        "schema": results.SCHEMA, "run": name, "started": started.isoformat(timespec="seconds"),
+        "argv": sys.argv, "select": options.select, "quick": options.quick,
+        "timer": "cuda-events" if device == "cuda" else "cpu-perf-counter",
+        "settings": settings.to_dict(), "environment": env, "peaks": None,
+        "datasheet": roofline.datasheet(gpu["name"]) if gpu else None, "rows": [], "warnings": [],
+    }
+    with lock.gpu_lock(cache, key, label=f"{gpu['name']} {key}" if gpu else key, out=log):
+        if device == "cuda":
+            print("calibrating peaks (copy bandwidth, cuBLAS GEMM) ...", file=log, flush=True)
+            doc["peaks"] = roofline.calibrate(cache, key, (gpu or {}).get("driver"),
+                                              refresh=options.refresh_calibration)
+        progress = Progress(sum(len(_shapes(s, options.quick)) * len(s.bench_dtypes) for s in specs), log)
+        t0 = time.perf_counter()
+        with clocks.ClockMonitor(probe) as monitor:
+            ctx = Context(device, settings, options.quick, doc["peaks"], monitor, progress,
+                          ((gpu or {}).get("clocks") or {}).get("max_sm_mhz"))
+            for spec in specs:
+                doc["rows"] += bench_op(spec, catalog, ctx)
+        progress.close()
+        doc["clock_samples"] = clocks.raw(monitor.samples, t0)
+    doc["finished"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    doc["warnings"] = _warnings(doc, monitor.errors)
+    results.write(folder, doc)
+    try:
+        from . import plots
+
+        plots.write(folder, doc)
+    except ImportError as e:
+        doc["warnings"].append(f"no plots: {e.name} is not installed")
+        results.write(folder, doc)
+    return doc, folder
+
+
+def bench_op(spec: Any, catalog: Any, ctx: Context) -> list[dict[str, Any]]:
+    """Rows for every bench shape and dtype of one op (one row per implementation)."""
+    progress = ctx.progress
+    cases = [(shape, dtype) for shape in _shapes(spec, ctx.quick) for dtype in spec.bench_dtypes]
+    if spec.needs_gpu and ctx.device != "cuda":
+        progress.skip(len(cases))
+        return [_row(spec, shape, dtype, "all", "-", "skipped", "no CUDA GPU visible to PyTorch")
+                for shape, dtype in cases]
+    try:
+        t0 = time.perf_counter()
+        module = catalog.load(spec)
+        load_s = time.perf_counter() - t0
+    except Exception as e:  # noqa: BLE001 - one op failing to build must not stop the others
+        progress.skip(len(cases))
+        return [_row(spec, shape, dtype, "all", "-", "error", f"load failed: {_oneline(e)}") for shape, dtype in cases]
+    rows = []
+    for shape, dtype in cases:
+        progress.step(f"{spec.name} {results.shape_label(shape)} {dtype}")
+        case_rows = bench_case(spec, module, shape, dtype, ctx)
+        for row in case_rows:
+            row["load_s"] = round(load_s, 3)
+        progress.result(case_rows)
+        rows += case_rows
+    return rows
+
+
+def bench_case(spec: Any, module: Any, shape: dict[str, int], dtype: str, ctx: Context) -> list[dict[str, Any]]:
+    """Check, then time, every candidate and baseline of one op at one shape and dtype."""
+    # A CPU op is timed on the CPU even where a GPU is present; its rows say so in `timer`.
+    device = "cpu" if spec.kind == "cpu" else ctx.device
+    impls = [(n, "candidate", f) for n, f in module.candidates.items()] + \
+            [(n, "baseline", f) for n, f in module.baselines.items()]
+    try:
+        inputs = module.make_inputs(shape, dtype, device, spec.seeds[0] if spec.seeds else 0)
+        expected = module.reference(*inputs)
+    except Exception as e:  # noqa: BLE001 - a shape the op cannot make is a row, not a crash
+        return [_row(spec, shape, dtype, n, role, "error", f"inputs/reference failed: {_oneline(e)}")
+                for n, role, _ in impls]
+    atol, rtol = (spec.tolerances or {}).get(dtype) or DEFAULT_TOLERANCES.get(dtype, (1e-4, 1e-4))
+    rows: dict[str, dict[str, Any]] = {}
+    fns: dict[str, timing.Fn] = {}
+    for name, role, fn in impls:
+        status, reason = check(fn, inputs, expected, atol=atol, rtol=rtol)
+        rows[name] = _row(spec, shape, dtype, name, role, status, reason)
+        if status == "ok":
+            fns[name] = (lambda f: lambda: f(*inputs))(fn)
+    if not fns:
+        return list(rows.values())
+    t0 = time.perf_counter()
+    try:
+        measured = timing.measure(fns, ctx.settings, device=device)
+    except Exception as e:  # noqa: BLE001 - e.g. out of memory at the largest shape
+        for name in fns:
+            rows[name].update(status="error", reason=f"timing failed: {_oneline(e)}")
+        return list(rows.values())
+    window = clocks.summarize_window(ctx.monitor.window(t0, time.perf_counter()), ctx.max_sm_mhz)
+    nbytes, flops = spec.bytes_moved(shape, dtype), spec.flops(shape, dtype)
+    for name, m in measured.items():
+        summary = m.summary
+        rows[name].update(
+            timer=m.timer, samples_ms=m.samples_ms, stats=summary.to_dict(), stop_reason=m.stop_reason,
+            first_call_ms=m.first_call_ms, graph_ms=m.graph_ms, graph_note=m.graph_note,
+            bytes=nbytes, flops=flops, clocks=window,
+            **roofline.metrics(nbytes, flops, summary.median, dtype, ctx.peaks if device != "cpu" else None),
+        )
+    baselines = [n for n, role, _ in impls if role == "baseline" and n in measured]
+    for name, role, _ in impls:
+        if role != "candidate" or name not in measured:
+            continue
+        speedups = {b: stats.ratio_of_medians(measured[b].samples_ms, measured[name].samples_ms)
+                    for b in baselines}
+        rows[name]["speedups"] = {b: r.to_dict() for b, r in speedups.items()}
+        rows[name]["suspect"] = roofline.suspicions(rows[name].get("pct_peak"),
+                                                    {b: r.value for b, r in speedups.items()})
+    return list(rows.values())
+
+
+def check(fn: Callable[..., Any], inputs: tuple, expected: Any, *, atol: float, rtol: float) -> tuple[str, str]:
+    """("ok", "") if fn(*inputs) matches expected and leaves its inputs untouched, else why not."""
+    import torch
+
+    before = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+    try:
+        out = fn(*inputs)
+        if any(isinstance(x, torch.Tensor) and x.is_cuda for x in inputs):
+            torch.cuda.synchronize()
+    except Exception as e:  # noqa: BLE001 - an implementation that raises gets a row saying so
+        return "error", _oneline(e)
+    for i, (a, b) in enumerate(zip(before, inputs)):
+        if isinstance(a, torch.Tensor) and not torch.equal(a, b):
+            return "wrong", f"input {i} was modified"
+    try:
+        torch.testing.assert_close(out, expected, atol=atol, rtol=rtol, check_dtype=False)
+    except AssertionError as e:
+        return "wrong", f"does not match reference (atol={atol:g}, rtol={rtol:g}): {_oneline(e, 3)}"
+    return "ok", ""
+
+
+class Progress:
+    """A one-line progress bar on a terminal; one line per case in a log."""
+
+    WIDTH = 24
+
+    def __init__(self, total: int, out: IO[str]):
+        self.total, self.done, self.out = max(total, 1), 0, out
+        self.tty = getattr(out, "isatty", lambda: False)()
+        self.label = ""
+
+    def step(self, label: str) -> None:
+        self.done += 1
+        self.label = label
+        if self.tty:
+            filled = self.WIDTH * (self.done - 1) // self.total
+            bar = "#" * filled + "." * (self.WIDTH - filled)
+            self.out.write(f"\r[{bar}] {self.done}/{self.total} {label}\033[K")
+            self.out.flush()
+
+    def skip(self, n: int) -> None:
+        self.done += n
+
+    def result(self, rows: list[dict[str, Any]]) -> None:
+        parts = []
+        for r in rows:
+            if r["status"] == "ok":
+                parts.append(f"{r['impl']} {results.fmt_time(r['stats']['median'])}")
+            else:
+                parts.append(f"{r['impl']} {r['status']}")
+        line = f"[{self.done}/{self.total}] {self.label}: " + ", ".join(parts)
+        self.out.write(("\r" + line + "\033[K\n") if self.tty else line + "\n")
+        self.out.flush()
+
+    def close(self) -> None:
+        if self.tty:
+            self.out.write("\n")
+
+
+def _warnings(doc: dict[str, Any], clock_errors: list[str]) -> list[str]:
+    out = []
+    if doc["timer"] != "cuda-events":
+        out.append("CPU timing (no CUDA GPU visible to PyTorch): figures are wall-clock, not comparable with GPU runs")
+    if (doc["environment"].get("gpu") and not str(doc["environment"].get("clock_source", "")).startswith(("nvml", "nvidia-smi"))):
+        out.append(f"clocks were not sampled: {doc['environment']['clock_source']}")
+    out += [f"clock reader failed during the run: {e}" for e in clock_errors]
+    for row in doc["rows"]:
+        where = f"{row['op']} {results.shape_label(row['shape'])} {row['dtype']} {row['impl']}"
+        c = row.get("clocks") or {}
+        if c.get("sagged"):
+            out.append(f"{where}: SM clock sagged to {c['sm_mhz_median']:.0f} MHz "
+                       f"(< {clocks.SAG_FRACTION:.0%} of max; reasons: {', '.join(c['reasons']) or 'none'})")
+        if row.get("suspect"):
+            out.append(f"{where}: suspect result ({'; '.join(row['suspect'])}); check bytes/FLOPs and the kernel")
+        if row["status"] in ("wrong", "error"):
+            out.append(f"{where}: {row['status']}, not timed ({row['reason']})")
+    return out
+
+
+def _row(spec: Any, shape: dict[str, int], dtype: str, impl: str, role: str, status: str, reason: str) -> dict[str, Any]:
+    return {"op": spec.name, "kind": spec.kind, "shape": dict(shape), "dtype": dtype, "impl": impl,
+            "role": role, "status": status, "reason": reason}
+
+
+def _shapes(spec: Any, quick: bool) -> list[dict[str, int]]:
+    return list(spec.bench_shapes[:1] if quick else spec.bench_shapes)
+
+
+def _run_name(started: dt.datetime, gpu: dict[str, Any] | None) -> str:
+    what = re.sub(r"[^a-z0-9]+", "-", (gpu["name"] if gpu else "cpu").lower()).strip("-")
+    return f"{started.astimezone().strftime('%Y%m%d-%H%M%S')}-{what}"
+
+
+def _oneline(e: BaseException, lines: int = 1) -> str:
+    text = [line.strip() for line in str(e).splitlines() if line.strip()]
+    return f"{type(e).__name__}: " + "; ".join(text[:lines]) if text else type(e).__name__
+
+
+def _torch() -> Any:
+    try:
+        import torch
+    except ImportError:
+        raise BenchError("torch is not installed here; run the benchmark in a kernellab image "
+                         "(`invoke bench`) or install torch for --native.") from None
+    return torch

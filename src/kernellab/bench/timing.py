@@ -1,0 +1,235 @@
+"""The timing engine: one function, `measure`, with defaults worth trusting.
+
+On a GPU every sample is bracketed by CUDA events on the current stream, after a flush of L2
+(writing a buffer twice the device's L2 size), so each sample starts cold. Functions measured
+together are interleaved (A B, B A, ...) so clock drift and thermal changes hit all of them
+alike. Without a GPU the same loop runs on `time.perf_counter` and says so in `timer`.
+
+Each function stops on its own once it has at least `min_samples` samples and `min_time_s` of
+measured time AND its relative stdev is under `max_rel_stdev` or its noise estimate has
+plateaued; whatever is still running after `timeout_s` per function stops with reason "timeout".
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Mapping
+
+from . import stats
+
+Fn = Callable[[], Any]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How long and how carefully to measure. The defaults follow docs/bench-method.md."""
+
+    min_samples: int = 10
+    min_time_s: float = 0.5         # of measured time, per function
+    max_rel_stdev: float = 0.01     # stdev / mean under which a function has converged
+    timeout_s: float = 10.0         # wall clock, per function measured
+    flush_factor: float = 2.0       # L2 flush buffer = this x the device's L2 size
+    round_s: float = 0.05           # wall time between synchronisations (stop checks)
+    graph_below_ms: float = 0.010   # medians under this also get a CUDA-graph figure
+    graph_calls: int = 20           # calls captured in one graph
+    graph_replays: int = 25
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+DEFAULT = Settings()
+#: `--quick`: a sanity pass, not a figure to publish.
+QUICK = replace(DEFAULT, min_time_s=0.05, timeout_s=1.0, graph_replays=10)
+
+
+@dataclass
+class Measurement:
+    """Raw samples of one function and how the measurement ended."""
+
+    name: str
+    timer: str                      # "cuda-events" or "cpu-perf-counter"
+    first_call_ms: float            # the untimed first call (compilation, lazy loading), wall clock
+    samples_ms: list[float] = field(default_factory=list)
+    stop_reason: str = ""           # "converged", "plateau" or "timeout"
+    graph_ms: float | None = None   # per call, CUDA-graph replay, L2 flushed (tiny kernels only)
+    graph_note: str = ""
+
+    @property
+    def summary(self) -> stats.Summary:
+        return stats.summarize(self.samples_ms)
+
+    @property
+    def median_ms(self) -> float:
+        return self.summary.median
+
+
+def measure(fns: Mapping[str, Fn], settings: Settings = DEFAULT, *, device: str = "cuda") -> dict[str, Measurement]:
+    """Time each function (no arguments) interleaved with the others; return raw samples per name."""
+    timer = _CudaTimer(settings) if device.startswith("cuda") else _CpuTimer()
+    results = {name: Measurement(name, timer.label, timer.first_call(fn)) for name, fn in fns.items()}
+    running = {name: stats.Running() for name in fns}
+    noise: dict[str, list[float]] = {name: [] for name in fns}
+    active = list(fns)
+    deadline = time.perf_counter() + settings.timeout_s * len(fns)
+    count = settings.min_samples
+    while active:
+        batch = timer.round([(name, fns[name]) for name in active], count)
+        for name in active:
+            for x in batch[name]:
+                running[name].add(x)
+            results[name].samples_ms.extend(batch[name])
+            noise[name].append(running[name].rel_stdev)
+        timed_out = time.perf_counter() > deadline
+        for name in list(active):
+            reason = _stop_reason(running[name], noise[name], settings) or ("timeout" if timed_out else None)
+            if reason:
+                results[name].stop_reason = reason
+                active.remove(name)
+        # Size the next round so that it lasts about round_s: few syncs, yet timely stop checks.
+        per_sample_ms = sum(running[n].total / running[n].n + timer.overhead_ms for n in active)
+        if per_sample_ms > 0:
+            count = max(1, min(2000, int(settings.round_s * 1e3 / per_sample_ms)))
+    for result in results.values():
+        if result.timer == "cuda-events" and result.median_ms < settings.graph_below_ms:
+            result.graph_ms, result.graph_note = timer.graph_ms(fns[result.name], settings)
+    return results
+
+
+def do_bench(fn: Fn, settings: Settings = DEFAULT, *, device: str = "cuda") -> Measurement:
+    """Time one function; the single-function form of `measure`."""
+    return measure({"fn": fn}, settings, device=device)["fn"]
+
+
+def _stop_reason(run: stats.Running, noise: list[float], s: Settings) -> str | None:
+    if run.n < s.min_samples or run.total / 1e3 < s.min_time_s:
+        return None
+    if noise[-1] < s.max_rel_stdev:
+        return "converged"
+    if stats.plateaued(noise):
+        return "plateau"
+    return None
+
+
+class _Timer:
+    """Interleaves functions sample by sample, reversing the order every pass (A B, B A, ...)."""
+
+    label = ""
+    overhead_ms = 0.0   # per-sample cost outside the timed region (the L2 flush)
+    _flip = False
+
+    def sync(self) -> None:
+        pass
+
+    def sample(self, fn: Fn) -> Any:
+        raise NotImplementedError
+
+    def resolve(self, marks: list[Any]) -> list[float]:
+        raise NotImplementedError
+
+    def first_call(self, fn: Fn) -> float:
+        self.sync()
+        t0 = time.perf_counter()
+        fn()
+        self.sync()
+        return (time.perf_counter() - t0) * 1e3
+
+    def round(self, order: list[tuple[str, Fn]], count: int) -> dict[str, list[float]]:
+        names: list[str] = []
+        marks: list[Any] = []
+        for _ in range(count):
+            for name, fn in order[::-1] if self._flip else order:
+                names.append(name)
+                marks.append(self.sample(fn))
+            self._flip = not self._flip
+        out: dict[str, list[float]] = {name: [] for name, _ in order}
+        for name, ms in zip(names, self.resolve(marks)):
+            out[name].append(ms)
+        return out
+
+
+class _CpuTimer(_Timer):
+    label = "cpu-perf-counter"
+
+    def sample(self, fn: Fn) -> float:
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) * 1e3
+
+    def resolve(self, marks: list[Any]) -> list[float]:
+        return marks
+
+
+class _CudaTimer(_Timer):
+    label = "cuda-events"
+
+    def __init__(self, settings: Settings):
+        import torch
+
+        self.torch = torch
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        # Older torch builds do not expose L2_cache_size; 128 MiB covers every GPU made so far.
+        l2 = getattr(props, "L2_cache_size", 0) or 128 << 20
+        self.cache = torch.empty(int(settings.flush_factor * l2), dtype=torch.int8, device="cuda")
+        self.overhead_ms = self._time_flush()
+
+    def flush(self) -> None:
+        self.cache.zero_()
+
+    def sync(self) -> None:
+        self.torch.cuda.synchronize()
+
+    def sample(self, fn: Fn) -> Any:
+        start = self.torch.cuda.Event(enable_timing=True)
+        end = self.torch.cuda.Event(enable_timing=True)
+        self.flush()
+        start.record()
+        fn()
+        end.record()
+        return start, end
+
+    def resolve(self, marks: list[Any]) -> list[float]:
+        # One synchronisation per round: the CPU stays ahead of the GPU while samples are taken.
+        self.sync()
+        return [start.elapsed_time(end) for start, end in marks]
+
+    def _time_flush(self) -> float:
+        Event = self.torch.cuda.Event
+        start, end = Event(enable_timing=True), Event(enable_timing=True)
+        self.flush()
+        start.record()
+        for _ in range(5):
+            self.flush()
+        end.record()
+        self.torch.cuda.synchronize()
+        return start.elapsed_time(end) / 5
+
+    def graph_ms(self, fn: Fn, s: Settings) -> tuple[float | None, str]:
+        """Per-call time of a graph replaying [flush, fn] x N, minus a graph of [flush] x N.
+
+        A graph removes launch gaps; keeping the flush inside keeps the figure cold (graph timing
+        over a warm L2 overstates bandwidth, ~1.6x seen on an H100).
+        """
+        torch = self.torch
+        try:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):  # capture wants a warmed-up function on a side stream
+                for _ in range(3):
+                    fn()
+            torch.cuda.current_stream().wait_stream(side)
+            both, flush_only = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+            with torch.cuda.graph(both):
+                for _ in range(s.graph_calls):
+                    self.flush()
+                    fn()
+            with torch.cuda.graph(flush_only):
+                for _ in range(s.graph_calls):
+                    self.flush()
+        except Exception as e:  # noqa: BLE001 - any capture failure only loses this extra figure
+            torch.cuda.synchronize()
+            return None, f"not capturable: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+        graphs = [("both", both.replay), ("flush", flush_only.replay)]
+        times = self.round(graphs, s.graph_replays)
+        per_call = (stats.summarize(times["both"]).median - stats.summarize(times["flush"]).median) / s.graph_calls
+        return per_call, f"CUDA graph of {s.graph_calls} calls with L2 flushes, flush time subtracted"

@@ -1,0 +1,24 @@
+"""Task: doctor."""
+from __future__ import annotations
+
+import json
+
+from invoke import Exit
+
+from .. import doctor as doc
+from . import task
+
+
+@task(help={"target": "check against this named target (default: this machine's)",
+            "json": "print the machine fingerprint as JSON (for export-image --check-target)"})
+def doctor(c, target=None, json_=False):
+    """Check Docker, BuildKit, disk, GPUs, driver, GPU-in-container mode, network, base image."""
+    findings, ctx = doc.run(target)
+    if json_:
+        print(json.dumps(doc.fingerprint(findings, ctx), indent=2))
+    else:
+        print(f"kernellab doctor (target: {ctx.get('target') or 'none'})")
+        print(doc.render_text(findings))
+    failed = [f.name for f in findings if f.severity == doc.FAIL]
+    if failed:
+        raise Exit(f"kernellab: doctor found {len(failed)} failing check(s): {', '.join(failed)}.", code=1)

@@ -1,0 +1,92 @@
+"""Tasks: build-image, render, base-image."""
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+from .. import images, network, render, targets
+from ..errors import KernellabError
+from ..resolve import resolve
+from . import task
+
+BUILD_HELP = {
+    "target": "a named target from docker/targets.toml (default: this machine's: GPU found -> gpu, else cpu)",
+    "cuda": "CUDA toolkit version, e.g. 12.1",
+    "gpu": "target GPU(s): name, alias or capability (a100, sm_90, 8.6); comma-separated; `cpu` for CPU-only",
+    "torch": "PyTorch version (default: newest with a wheel for this CUDA)",
+    "python": "Python version (default: the OS's own if PyTorch supports it)",
+    "llvm": "LLVM/clang version, or none",
+    "gcc": "gcc version (must not exceed the CUDA maximum)",
+    "ubuntu": "Ubuntu release of the nvidia/cuda base, e.g. 22.04",
+    "toolkit": "where CUDA comes from: image (nvidia/cuda base) or pip (PyPI wheels, CUDA 13)",
+    "base_image": "build on an image that already has PyTorch (NGC, a site image): verified, not reinstalled",
+    "dry_run": "print the resolved spec and the Dockerfile; build nothing",
+    "locked": "rebuild exactly from docker/locks/<target>.json",
+    "ca_cert": "extra CA certificate (PEM) to trust in the build; repeatable",
+    "no_host_certs": "do not add the host's /usr/local/share/ca-certificates/*.crt",
+    "wheelhouse": "a folder of wheels: install offline from it only",
+    "no_cache": "build without the layer cache",
+}
+
+
+def _spec(target, cuda, gpu, torch, python, llvm, gcc, ubuntu, toolkit, base_image):
+    flags = dict(cuda=cuda, gpu=gpu, torch=torch, python=python, llvm=llvm, gcc=gcc, ubuntu=ubuntu, toolkit=toolkit)
+    if not any(v for v in flags.values()) and not base_image:
+        target = target or images.default_target()
+    return images.resolve_request(target=target, base_image=base_image, **flags)
+
+
+@task(help=BUILD_HELP, iterable=["gpu", "ca_cert"])
+def build_image(c, target=None, cuda=None, gpu=None, torch=None, python=None, llvm=None, gcc=None, ubuntu=None,
+                toolkit=None, base_image=None, dry_run=False, locked=False, ca_cert=None, no_host_certs=False,
+                wheelhouse=None, no_cache=False):
+    """Resolve, validate and build a pinned image (tags it only on success)."""
+    spec = _spec(target, cuda, gpu, torch, python, llvm, gcc, ubuntu, toolkit, base_image)
+    print("resolved:\n" + spec.summary())
+    if dry_run:
+        print("\n" + render.dockerfile(spec, targets.load(), locked=locked))
+        return
+    certs = network.ca_certificates(ca_cert or [], host=not no_host_certs)
+    built = images.build(spec, locked=locked, ca_certs=certs, no_cache=no_cache,
+                         wheelhouse=Path(wheelhouse) if wheelhouse else None)
+    print(f"\nbuilt {built.image_id[:19]} tagged {', '.join(built.tags)}")
+    print(f"lock  {built.lock_file} (sha256 {built.lock_sha256[:12]})")
+
+
+@task(help={"check": "only check that the committed Dockerfiles match the matrix; exit 1 if not"})
+def render_dockerfiles(c, check=False):
+    """Write docker/rendered/<target>/ for every target marked rendered = true."""
+    stale = write_rendered(check=check)
+    if check and stale:
+        raise KernellabError(f"rendered Dockerfiles are out of date: {', '.join(stale)}; run `invoke render-dockerfiles`.")
+    print("up to date" if check else f"wrote {len(targets.load().targets)} targets under docker/rendered/")
+
+
+def write_rendered(check: bool = False) -> list[str]:
+    """Render every target marked rendered = true; return the files that differ (and, unless check, rewrite them)."""
+    matrix = targets.load()
+    stale = []
+    for name, t in matrix.targets.items():
+        if not t.get("rendered"):
+            continue
+        spec = resolve(matrix, target=name)  # the matrix's own torch index, never the environment's
+        dest = render.RENDERED_DIR / name
+        with tempfile.TemporaryDirectory() as tmp:
+            render.write_context(spec, matrix, Path(tmp))
+            for rel in ("Dockerfile", "kernellab/spec.json", "certs/README"):
+                new = (Path(tmp) / rel).read_text()
+                old = (dest / rel).read_text() if (dest / rel).exists() else None
+                if new != old:
+                    stale.append(f"{name}/{rel}")
+                    if not check:
+                        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+                        (dest / rel).write_text(new)
+    return stale
+
+
+@task(help={"suite": "Debian suite for debootstrap (default bookworm)"})
+def base_image(c, suite="bookworm"):
+    """Make the local Debian base image with debootstrap (no registry needed)."""
+    tag = images.make_debootstrap_base(suite, out=sys.stdout)
+    print(f"made {tag}")

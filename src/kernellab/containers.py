@@ -1,0 +1,138 @@
+"""The one way kernellab runs a container: repo at /workspace, persistent caches, the caller's
+UID/GID (nothing in mounted folders becomes root-owned), the GPU in the best available mode.
+
+`invoke shell`, `invoke test` and `invoke bench` all go through run().
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from . import ROOT, gpu, images, proc
+from .errors import DockerError, KernellabError
+
+WORKSPACE = "/workspace"
+CACHE = "/cache"
+#: Persistent caches (torch extensions, ccache, triton, pip) survive containers here.
+CACHE_SUBDIRS = ("torch_extensions", "ccache", "triton", "pip", "home")
+
+
+def cache_dir() -> Path:
+    """The host folder mounted at /cache (KERNELLAB_CACHE, default ~/.cache/kernellab)."""
+    return Path(os.environ.get("KERNELLAB_CACHE") or Path.home() / ".cache" / "kernellab").expanduser()
+
+
+def caller_ids() -> tuple[int, int]:
+    """The invoking user's UID/GID, also under sudo (so files stay theirs)."""
+    uid = int(os.environ.get("SUDO_UID", os.getuid()))
+    gid = int(os.environ.get("SUDO_GID", os.getgid()))
+    return uid, gid
+
+
+def _prepare_cache(path: Path, uid: int, gid: int) -> None:
+    for sub in ("", *CACHE_SUBDIRS):
+        d = path / sub
+        d.mkdir(parents=True, exist_ok=True)
+        if os.geteuid() == 0 and (d.stat().st_uid, d.stat().st_gid) != (uid, gid):
+            os.chown(d, uid, gid)
+
+
+def best_gpu_mode() -> str | None:
+    """The best way to hand GPUs to containers here, or None when there is no GPU to hand."""
+    if not gpu.host_gpus():
+        return None
+    try:
+        info = images.engine().info()
+    except DockerError:
+        info = {}
+    modes = gpu.available_modes(info)
+    return modes[0] if modes else None
+
+
+def _image_env(image: str) -> dict[str, str]:
+    out = proc.run(["docker", "image", "inspect", "--format", "{{json .Config.Env}}", image]).stdout
+    env = {}
+    for item in json.loads(out) or []:
+        k, _, v = item.partition("=")
+        env[k] = v
+    return env
+
+
+def run_argv(
+    image: str,
+    command: Sequence[str] = (),
+    *,
+    interactive: bool = False,
+    gpu_mode: str | None = None,
+    user: tuple[int, int] | None = None,
+    repo: Path = ROOT,
+    cache: Path | None = None,
+    env: dict[str, str] | None = None,
+    network: str | None = None,
+    name: str | None = None,
+) -> list[str]:
+    """The `docker run` command line for one container (pure apart from reading the image's env)."""
+    uid, gid = user or caller_ids()
+    cache = cache or cache_dir()
+    argv = ["docker", "run", "--rm", "--init", "--shm-size", "8g", "--user", f"{uid}:{gid}",
+            "-v", f"{repo.resolve()}:{WORKSPACE}", "-v", f"{cache.resolve()}:{CACHE}", "-w", WORKSPACE]
+    if interactive:
+        argv += ["-it"] if sys.stdin.isatty() else ["-i"]
+    if network:
+        argv += ["--network", network]
+    if name:
+        argv += ["--name", name]
+    full_env = {"HOME": f"{CACHE}/home", "USER": os.environ.get("USER", "kernellab") or "kernellab",
+                "KERNELLAB_CACHE": CACHE, "PYTHONPATH": f"{WORKSPACE}/src",
+                "PIP_CACHE_DIR": f"{CACHE}/pip", "KERNELLAB_IMAGE_ID": images.image_id(image)}
+    if gpu_mode:
+        gpu_args, gpu_env = gpu.docker_gpu_args(gpu_mode)
+        argv += gpu_args
+        image_env = _image_env(image)
+        for k, v in gpu_env.items():
+            # Library and binary paths are appended to the image's own, never replace them.
+            if k in ("PATH", "LD_LIBRARY_PATH") and image_env.get(k):
+                v = f"{image_env[k]}:{v}"
+            full_env[k] = v
+    full_env.update(env or {})
+    for k, v in full_env.items():
+        argv += ["-e", f"{k}={v}"]
+    return argv + [image, *command]
+
+
+def run(image: str, command: Sequence[str] = (), *, gpu: bool | str = True, interactive: bool = False,
+        user: tuple[int, int] | None = None, env: dict[str, str] | None = None, network: str | None = None) -> int:
+    """Run command in a container of image, streaming its output; return its exit code.
+
+    gpu: True = the best mode found (none if this machine has no GPU), False = no GPU,
+    or a mode name ("nvidia", "cdi", "devices") to force one.
+    """
+    images.engine()
+    if not images.image_exists(image):
+        raise KernellabError(f"image {image} does not exist; build it with `invoke build-image` first.")
+    mode = (best_gpu_mode() if gpu is True else None) if not isinstance(gpu, str) else gpu
+    if isinstance(gpu, str) and gpu not in gpu_mode_names():
+        raise KernellabError(f"unknown GPU mode `{gpu}`; use one of {', '.join(gpu_mode_names())}.")
+    uid, gid = user or caller_ids()
+    cache = cache_dir()
+    _prepare_cache(cache, uid, gid)
+    argv = run_argv(image, command, interactive=interactive, gpu_mode=mode, user=(uid, gid), cache=cache,
+                    env=env, network=network)
+    try:
+        return subprocess.call(argv)
+    except KeyboardInterrupt:
+        return 130
+
+
+def gpu_mode_names() -> tuple[str, ...]:
+    return gpu.MODES
+
+
+def run_in_target(target: str | None, argv: Sequence[str], *, gpu: bool | str = True) -> int:
+    """Run argv in the image of a named target (default: this machine's), repo and caches mounted."""
+    image = images.image_for_target(target)
+    return run(image, list(argv), gpu=gpu)

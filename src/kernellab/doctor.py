@@ -1,0 +1,219 @@
+"""`invoke doctor`: an ordered list of checks, each a Finding with severity, message and remedy.
+
+Checks run in order and later ones may use what earlier ones found (the context dict).
+The JSON form doubles as a machine fingerprint for `invoke export-image --check-target`.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+from . import __version__, gpu, images, network
+from .errors import KernellabError
+from .resolve import Spec, _covered
+from .targets import load, vkey
+
+OK, INFO, WARN, FAIL = "ok", "info", "warn", "fail"
+
+
+@dataclass(frozen=True)
+class Finding:
+    name: str
+    severity: str
+    message: str
+    remedy: str = ""
+
+
+Check = Callable[[dict[str, Any]], Finding]
+CHECKS: list[tuple[str, Check]] = []
+
+
+def check(name: str) -> Callable[[Check], Check]:
+    def register(fn: Check) -> Check:
+        CHECKS.append((name, fn))
+        return fn
+    return register
+
+
+@check("docker cli")
+def _cli(ctx: dict[str, Any]) -> Finding:
+    path = shutil.which("docker")
+    if not path:
+        return Finding("docker cli", FAIL, "the docker CLI is not installed", "run `make engine` (installs docker.io)")
+    return Finding("docker cli", OK, f"docker CLI at {path}")
+
+
+@check("docker engine")
+def _engine(ctx: dict[str, Any]) -> Finding:
+    try:
+        client = images.engine()
+        ctx["docker_info"] = client.info()
+        v = client.version()
+        ctx["docker"] = {"version": v.get("Version"), "api": v.get("ApiVersion"),
+                         "root": ctx["docker_info"].get("DockerRootDir"),
+                         "runtimes": sorted((ctx["docker_info"].get("Runtimes") or {}).keys())}
+        return Finding("docker engine", OK, f"Docker engine {v.get('Version')} is running")
+    except KernellabError as e:
+        return Finding("docker engine", FAIL, str(e).split(";")[0], "run `make engine` (as root) or start your Docker service")
+
+
+@check("buildkit")
+def _buildkit(ctx: dict[str, Any]) -> Finding:
+    try:
+        cli = images.builder()
+    except KernellabError as e:
+        return Finding("buildkit", FAIL, str(e).split(";")[0], "install docker-buildx or Debian's docker.io client")
+    return Finding("buildkit", OK, f"BuildKit builds through `{' '.join(cli[:2])}`")
+
+
+@check("disk")
+def _disk(ctx: dict[str, Any]) -> Finding:
+    root = (ctx.get("docker_info") or {}).get("DockerRootDir") or "/var/lib/docker"
+    probe = root if os.path.exists(root) else "/"
+    free_gb = shutil.disk_usage(probe).free / 1e9
+    msg = f"{free_gb:.0f} GB free under {root}"
+    if free_gb < 5:
+        return Finding("disk", FAIL, msg, "free space: `docker system prune` or move Docker's data-root")
+    if free_gb < 30:
+        return Finding("disk", WARN, msg + " (a CUDA image needs 10-20 GB)", "free space before building CUDA images")
+    return Finding("disk", OK, msg)
+
+
+@check("gpus")
+def _gpus(ctx: dict[str, Any]) -> Finding:
+    gpus = gpu.host_gpus()
+    ctx["gpus"] = gpus
+    if not gpus:
+        return Finding("gpus", INFO, "no NVIDIA GPU found (no nvidia-smi or no device); the cpu target fits this machine")
+    desc = "; ".join(f"{g.index}: {g.name} (cc {g.compute_capability}, {g.memory_mib} MiB)" for g in gpus)
+    return Finding("gpus", OK, f"{len(gpus)} GPU(s), driver {gpus[0].driver}: {desc}")
+
+
+@check("driver")
+def _driver(ctx: dict[str, Any]) -> Finding:
+    spec: Spec | None = ctx.get("spec")
+    gpus = ctx.get("gpus") or []
+    if not gpus or spec is None or not spec.cuda:
+        return Finding("driver", INFO, "no GPU driver or no CUDA in the target: nothing to compare")
+    return driver_finding(gpus[0].driver, spec.cuda, spec.min_driver, ctx.get("mvc_driver"))
+
+
+def driver_finding(driver: str, cuda: str, min_driver: str | None, mvc_driver: str | None) -> Finding:
+    """Compare a driver version with a CUDA toolkit's needs (also used by export-image --check-target)."""
+    if min_driver and vkey(driver) >= vkey(min_driver):
+        return Finding("driver", OK, f"driver {driver} runs CUDA {cuda} (needs {min_driver})")
+    if mvc_driver and vkey(driver) >= vkey(mvc_driver):
+        return Finding("driver", WARN, f"driver {driver} runs CUDA {cuda} only through minor-version compatibility "
+                       f"(full support from {min_driver}); PTX JIT of newer code fails",
+                       "ship SASS for the GPU (the image's arch list does) or update the driver")
+    return Finding("driver", FAIL, f"driver {driver} is too old for CUDA {cuda} (needs {min_driver})",
+                   f"update the driver to {min_driver}+ or choose an older --cuda")
+
+
+@check("arch coverage")
+def _archs(ctx: dict[str, Any]) -> Finding:
+    spec: Spec | None = ctx.get("spec")
+    gpus = ctx.get("gpus") or []
+    if not gpus or spec is None:
+        return Finding("arch coverage", INFO, "no GPU or no target: nothing to compare")
+    return arch_finding([g.compute_capability for g in gpus], spec.arch_list, spec.kind == "cpu")
+
+
+def arch_finding(ccs: list[str], arch_list: str, cpu_only: bool = False) -> Finding:
+    """Whether every GPU capability is covered by an image's TORCH_CUDA_ARCH_LIST."""
+    if cpu_only:
+        return Finding("arch coverage", WARN, "the target is CPU-only: the GPU will not be used",
+                       "build a GPU target, e.g. `invoke build-image --target cu130-pip`")
+    archs = [a for a in arch_list.split(";") if a]
+    missing = sorted({cc for cc in ccs if not _covered(cc, archs)}, key=vkey)
+    if missing:
+        return Finding("arch coverage", FAIL, f"GPU capability {', '.join(missing)} is not in the arch list {arch_list}",
+                       f"rebuild with --gpu for this GPU (e.g. --gpu sm_{missing[0].replace('.', '')})")
+    return Finding("arch coverage", OK, f"every GPU is covered by {arch_list}")
+
+
+@check("gpu in containers")
+def _modes(ctx: dict[str, Any]) -> Finding:
+    if not ctx.get("gpus"):
+        return Finding("gpu in containers", INFO, "no GPU to hand to containers")
+    modes = gpu.available_modes(ctx.get("docker_info"))
+    ctx["gpu_modes"] = modes
+    if not modes:
+        return Finding("gpu in containers", FAIL, "no way to give containers the GPU: no NVIDIA runtime, no CDI spec, "
+                       "and no /dev/nvidia* nodes with driver libraries",
+                       "install the NVIDIA Container Toolkit, or make /dev/nvidia* and the driver libraries visible")
+    detail = {"nvidia": "NVIDIA runtime (--gpus)", "cdi": "CDI (--device nvidia.com/gpu=all)",
+              "devices": "device nodes + driver libraries (devices)"}
+    return Finding("gpu in containers", OK, f"mode {modes[0]}: {detail[modes[0]]}; available: {', '.join(modes)}")
+
+
+@check("network")
+def _network(ctx: dict[str, Any]) -> Finding:
+    proxies = sorted({v.upper() for v in os.environ if v.upper() in network.PROXY_VARS})
+    certs = network.ca_certificates()
+    pip = network.host_pip_config()
+    parts = [f"proxy variables: {', '.join(proxies) or 'none'}", f"extra CA certificates: {len(certs)}"]
+    if pip.values:
+        parts.append("pip config: " + ", ".join(sorted(pip.values)))
+    return Finding("network", INFO, "; ".join(parts) + " (all passed to builds)")
+
+
+@check("base image")
+def _base(ctx: dict[str, Any]) -> Finding:
+    spec: Spec | None = ctx.get("spec")
+    if spec is None:
+        return Finding("base image", INFO, f"no target resolved: {ctx.get('spec_error', 'none given')}")
+    if "docker_info" not in ctx:
+        return Finding("base image", WARN, f"cannot check {spec.base} without an engine")
+    if spec.base.startswith("debootstrap:"):
+        from .render import base_tag  # noqa: PLC0415
+        if images.image_exists(base_tag(spec.base)):
+            return Finding("base image", OK, f"{base_tag(spec.base)} is present")
+        if shutil.which("debootstrap"):
+            return Finding("base image", OK, f"{base_tag(spec.base)} will be made with debootstrap on first build")
+        return Finding("base image", FAIL, f"{base_tag(spec.base)} is missing and debootstrap is not installed",
+                       "`apt-get install debootstrap` (make setup does)")
+    if images.image_exists(spec.base):
+        return Finding("base image", OK, f"{spec.base} is present")
+    return Finding("base image", WARN, f"{spec.base} is not present; the build will try to pull it",
+                   f"without registry access: `invoke import-image DIR` of a bundle with {spec.base}")
+
+
+def run(target: str | None = None) -> tuple[list[Finding], dict[str, Any]]:
+    """Run every check in order for target (default: this machine's default target)."""
+    ctx: dict[str, Any] = {}
+    try:
+        name = target or images.default_target()
+        ctx["target"] = name
+        ctx["spec"] = images.resolve_request(target=name)
+        cuda = load().cuda.get(ctx["spec"].cuda or "")
+        ctx["mvc_driver"] = cuda.mvc_driver if cuda else None
+    except KernellabError as e:
+        ctx["spec_error"] = str(e)
+    findings = [fn(ctx) for _, fn in CHECKS]
+    return findings, ctx
+
+
+def fingerprint(findings: list[Finding], ctx: dict[str, Any]) -> dict[str, Any]:
+    gpus = ctx.get("gpus") or []
+    return {
+        "kernellab": __version__,
+        "target": ctx.get("target"),
+        "driver": gpus[0].driver if gpus else None,
+        "gpus": [g.to_dict() for g in gpus],
+        "gpu_modes": ctx.get("gpu_modes", []),
+        "docker": ctx.get("docker"),
+        "checks": [asdict(f) for f in findings],
+    }
+
+
+def render_text(findings: list[Finding]) -> str:
+    mark = {OK: "ok  ", INFO: "info", WARN: "WARN", FAIL: "FAIL"}
+    lines = []
+    for f in findings:
+        lines.append(f"[{mark[f.severity]}] {f.name:<18} {f.message}")
+        if f.remedy and f.severity in (WARN, FAIL):
+            lines.append(f"       {'':<18} -> {f.remedy}")
+    return "\n".join(lines)

@@ -1,0 +1,59 @@
+"""Typed errors. Each message is one sentence that says what went wrong and what to do next.
+
+Library code raises these; only the task layer (`kernellab.cli`) turns them into an exit.
+"""
+from __future__ import annotations
+
+
+class KernellabError(Exception):
+    """Base class: str(error) is shown to the user as is, without a traceback."""
+
+    exit_code = 1
+
+
+class ConfigError(KernellabError):
+    """The version matrix or a target definition is malformed."""
+
+
+class ResolveError(KernellabError):
+    """A requested combination is unknown or cannot work; nothing was built."""
+
+    exit_code = 2
+
+
+class DockerError(KernellabError):
+    """The Docker engine is missing, unreachable or refused an operation."""
+
+
+class BuildError(KernellabError):
+    """An image build failed; the previous image of the tag is untouched."""
+
+
+class CommandError(KernellabError):
+    """An external command failed."""
+
+    def __init__(self, argv: list[str], returncode: int, tail: str = "", hint: str = ""):
+        self.argv = list(argv)
+        self.returncode = returncode
+        self.tail = tail
+        shown = " ".join(self.argv)
+        if len(shown) > 160:
+            shown = shown[:157] + "..."
+        msg = f"`{shown}` exited with code {returncode}"
+        if hint:
+            msg += f"; {hint}"
+        if tail.strip():
+            msg += ". Last lines:\n" + tail.rstrip()
+        super().__init__(msg)
+
+
+class ExtensionError(KernellabError):
+    """A kernel extension failed to compile or load."""
+
+
+class BenchError(KernellabError):
+    """A benchmark could not run or found a significant regression."""
+
+
+class TransferError(KernellabError):
+    """An image bundle could not be written, verified or loaded."""

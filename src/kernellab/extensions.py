@@ -1,0 +1,292 @@
+"""Build and load kernel extensions: torch.utils.cpp_extension and ninja, in a persistent build folder.
+
+The folder is `$KERNELLAB_CACHE/torch_extensions/<name>-<key>`, where the key hashes what decides the
+build's *commands* (source paths, flags, arch list, torch/CUDA/Python versions) but not the sources'
+contents: editing one `.cu` keeps the folder, and ninja recompiles only that file and relinks.
+A compile error becomes an ExtensionError with the compiler's own lines; a library that needs a
+symbol no source defines is caught at load, with the symbol demangled.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from . import ROOT, proc
+from .errors import ExtensionError
+
+#: nvcc flags: -lineinfo maps SASS back to source lines (profilers, compute-sanitizer);
+#: -Xptxas=-v reports registers and spills per kernel, which `invoke build-kernels` shows.
+CUDA_FLAGS = ("-O3", "-lineinfo", "-Xptxas=-v")
+CXX_FLAGS = ("-O3",)
+#: Peak memory of one compile job with torch headers (nvcc or g++), for sizing MAX_JOBS.
+GIB_PER_JOB = 1.5
+
+
+@dataclass(frozen=True)
+class KernelResources:
+    """What ptxas reported for one kernel (per thread, except shared memory)."""
+
+    source: str
+    function: str
+    arch: str
+    registers: int
+    spill_stores: int
+    spill_loads: int
+    stack_bytes: int
+    shared_bytes: int
+
+
+@dataclass(frozen=True)
+class Build:
+    """A built and loaded extension."""
+
+    name: str  # the library's name, which is also its TORCH_LIBRARY namespace
+    library: Path
+    directory: Path
+    seconds: float
+    compiled: bool  # False when ninja found everything up to date
+    resources: tuple[KernelResources, ...]
+
+
+def cache_root() -> Path:
+    """The persistent cache: $KERNELLAB_CACHE, else ~/.cache/kernellab."""
+    return Path(os.environ.get("KERNELLAB_CACHE") or Path.home() / ".cache" / "kernellab")
+
+
+def arch_list() -> str:
+    """CUDA architectures to build for: $TORCH_CUDA_ARCH_LIST (set in our images), else the visible GPUs'."""
+    env = os.environ.get("TORCH_CUDA_ARCH_LIST", "").strip()
+    if env and env != "native":
+        return env
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ExtensionError(
+            "cannot choose CUDA architectures: TORCH_CUDA_ARCH_LIST is unset and no GPU is visible; "
+            "set it (e.g. TORCH_CUDA_ARCH_LIST=9.0) or build on the GPU machine."
+        )
+    caps = sorted({torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())})
+    return ";".join(f"{major}.{minor}" for major, minor in caps)
+
+
+def max_jobs() -> int:
+    """Parallel compile jobs: one per core, fewer when memory would not hold them."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    available = _mem_available_gib()
+    by_memory = int(available // GIB_PER_JOB) if available is not None else cores
+    return max(1, min(cores, by_memory))
+
+
+def build_directory(name: str, sources: Sequence[Path], *, cuda: bool, include_dirs: Sequence[Path] = ()) -> Path:
+    """The persistent build folder of an extension (see the module docstring for its key)."""
+    import torch
+
+    key = {
+        "name": name,
+        "sources": sorted(str(Path(s).resolve()) for s in sources),
+        "include_dirs": [str(Path(d).resolve()) for d in include_dirs],
+        "cxx_flags": CXX_FLAGS,
+        "cuda_flags": CUDA_FLAGS if cuda else None,
+        "arch_list": arch_list() if cuda else None,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda if cuda else None,
+        "python": f"{sys.version_info.major}.{sys.version_info.minor}",
+        "cxx": os.environ.get("CXX", "c++"),
+    }
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+    return cache_root() / "torch_extensions" / f"{name}-{digest}"
+
+
+def build(
+    name: str,
+    sources: Sequence[Path],
+    *,
+    cuda: bool,
+    include_dirs: Sequence[Path] = (),
+    verbose: bool = False,
+) -> Build:
+    """Compile (only what changed) and load an extension whose sources register ops with TORCH_LIBRARY.
+
+    `name` must be a C identifier: it becomes TORCH_EXTENSION_NAME, the namespace under torch.ops.
+    """
+    from torch.utils import cpp_extension
+
+    if cuda:
+        # Set, not just computed: cpp_extension reads it, and the build folder is keyed by it.
+        os.environ["TORCH_CUDA_ARCH_LIST"] = arch_list()
+    os.environ.setdefault("MAX_JOBS", str(max_jobs()))
+    directory = build_directory(name, sources, cuda=cuda, include_dirs=include_dirs)
+    directory.mkdir(parents=True, exist_ok=True)
+
+    started_wall, started = time.time(), time.perf_counter()
+    failure: BaseException | None = None
+    library: Path | None = None
+    with _captured_output() as captured:
+        try:
+            library = Path(cpp_extension.load(
+                name=name,
+                sources=[str(s) for s in sources],
+                extra_cflags=list(CXX_FLAGS),
+                extra_cuda_cflags=list(CUDA_FLAGS) if cuda else None,
+                extra_include_paths=[str(d) for d in include_dirs],
+                build_directory=str(directory),
+                verbose=True,  # ninja then writes to fd 1, which _captured_output() collects
+                with_cuda=cuda,
+                is_python_module=False,
+            ))
+        except (RuntimeError, OSError) as e:
+            failure = e
+    seconds = time.perf_counter() - started
+    log = captured.text
+    if verbose:
+        sys.stdout.write(log)
+    if failure is not None:
+        (directory / "build.log").write_text(log)
+        raise _explain(name, failure, log, directory) from None
+    assert library is not None
+    compiled = library.stat().st_mtime >= started_wall
+    if compiled:  # keep the last real build's log, not a later "no work to do"
+        (directory / "build.log").write_text(log)
+    resources = _update_resources(directory, log, sources)
+    return Build(library.stem, library, directory, seconds, compiled, resources)
+
+
+def demangle(symbols: Sequence[str]) -> list[str]:
+    """C++ names for mangled symbols (through c++filt; unchanged where it is missing)."""
+    if not symbols or proc.which("c++filt") is None:
+        return list(symbols)
+    lines = proc.run(["c++filt", *symbols]).stdout.splitlines()
+    return lines if len(lines) == len(symbols) else list(symbols)
+
+
+def short_name(demangled: str) -> str:
+    """`void k<float, 4>(float const*, int)` -> `k<float, 4>`: the name and template arguments only."""
+    depth = 0
+    for i, ch in enumerate(demangled):
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif ch == "(" and depth == 0:
+            demangled = demangled[:i]
+            break
+    return demangled.removeprefix("void ").strip()
+
+
+def compiler_messages(log: str, limit: int = 40) -> str:
+    """The compiler's own lines from a ninja log: commands, progress and ptxas chatter left out."""
+    kept = [line for line in log.splitlines() if line.strip() and not _NOISE.match(line)]
+    root = f"{ROOT}/"
+    return "\n".join(line.replace(root, "") for line in kept[:limit])
+
+
+def parse_ptxas(log: str) -> dict[str, list[KernelResources]]:
+    """ptxas -v reports from a ninja log, by source file (ninja prints each command, then its output)."""
+    found: dict[str, list[KernelResources]] = {}
+    source = function = arch = ""
+    stack = stores = loads = 0
+    for line in log.splitlines():
+        if m := _STEP.match(line):
+            source = m.group(1)
+        elif m := _ENTRY.search(line):
+            function, arch = m.group(1), m.group(2)
+            stack = stores = loads = 0
+        elif (m := _FRAME.search(line)) and function:
+            stack, stores, loads = (int(g) for g in m.groups())
+        elif (m := _USED.search(line)) and function and source:
+            smem = _SMEM.search(line)
+            found.setdefault(source, []).append(KernelResources(
+                source=source, function=function, arch=arch, registers=int(m.group(1)),
+                spill_stores=stores, spill_loads=loads, stack_bytes=stack,
+                shared_bytes=int(smem.group(1)) if smem else 0,
+            ))
+            function = ""
+    return found
+
+
+_NOISE = re.compile(
+    r"^(\[\d+/\d+\] |FAILED: |ninja: |ptxas info|\s+\d+ bytes stack frame"
+    r"|\S*(nvcc|c\+\+|g\+\+|gcc|cc|clang\+\+|clang)\s)"
+)
+_STEP = re.compile(r"^\[\d+/\d+\] .* -c (\S+)")
+_ENTRY = re.compile(r"Compiling entry function '(\S+)' for '(\w+)'")
+_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USED = re.compile(r"Used (\d+) registers")
+_SMEM = re.compile(r"(\d+) bytes smem")
+_UNDEFINED = re.compile(r"undefined symbol: (\S+)")
+
+
+def _explain(name: str, error: BaseException, log: str, directory: Path) -> ExtensionError:
+    text = str(error)
+    if text.startswith("Error building extension"):
+        messages = compiler_messages(log) or text
+        return ExtensionError(f"{name} does not compile:\n{messages}\n(full log: {directory / 'build.log'})")
+    if m := _UNDEFINED.search(text):
+        symbol = demangle([m.group(1)])[0]
+        return ExtensionError(
+            f"{name} built, but loading it failed: nothing defines `{symbol}`. The binding declares it and "
+            "no kernel source defines it with that exact name, namespace and parameter types; "
+            "declare it once in the op's header and include that header in both files."
+        )
+    return ExtensionError(f"{name} could not be built or loaded: {text.strip()}")
+
+
+def _update_resources(directory: Path, log: str, sources: Sequence[Path]) -> tuple[KernelResources, ...]:
+    """Merge this build's ptxas reports into the folder's record: unchanged sources keep their last report."""
+    record = directory / "resources.json"
+    try:
+        known = {src: [KernelResources(**r) for r in rows] for src, rows in json.loads(record.read_text()).items()}
+    except (OSError, ValueError, TypeError):
+        known = {}
+    known.update(parse_ptxas(log))
+    wanted = {str(Path(s).resolve()) for s in sources}
+    known = {src: rows for src, rows in known.items() if str(Path(src).resolve()) in wanted}
+    record.write_text(json.dumps({src: [asdict(r) for r in rows] for src, rows in known.items()}, indent=1))
+    return tuple(r for src in sorted(known) for r in known[src])
+
+
+class _Captured:
+    text = ""
+
+
+@contextlib.contextmanager
+def _captured_output() -> Iterator[_Captured]:
+    """Collect what child processes write to fds 1 and 2 (ninja's log), instead of the terminal."""
+    captured = _Captured()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 1)
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield captured
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+            sink.seek(0)
+            captured.text = sink.read().decode(errors="replace")
+
+
+def _mem_available_gib() -> float | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    return None

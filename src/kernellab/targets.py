@@ -1,0 +1,199 @@
+"""Load and validate the version matrix (docker/matrix.toml) and named targets (docker/targets.toml).
+
+This is the only module that reads those files; everything else gets typed records from here.
+"""
+from __future__ import annotations
+
+import functools
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import ROOT
+from .errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+DOCKER_DIR = ROOT / "docker"
+
+TARGET_KEYS = {
+    "description", "cuda", "gpu", "torch", "python", "llvm", "gcc", "os", "base", "toolkit",
+    "pip", "apt", "default_for", "rendered",
+}
+
+
+def vkey(version: str) -> tuple[int, ...]:
+    """Sort key for dotted versions ("12.10" after "12.9")."""
+    return tuple(int(p) for p in version.replace("+PTX", "").split(".") if p.isdigit())
+
+
+@dataclass(frozen=True)
+class Gpu:
+    key: str
+    name: str
+    cc: str
+    aliases: tuple[str, ...]
+
+    @property
+    def sm(self) -> str:
+        return "sm_" + self.cc.replace(".", "")
+
+
+@dataclass(frozen=True)
+class BaseImage:
+    tag: str
+    cudnn: str
+
+
+@dataclass(frozen=True)
+class Cuda:
+    version: str
+    full: str
+    min_driver: str
+    mvc_driver: str | None
+    max_gcc: int
+    max_clang: int
+    archs: tuple[str, ...]
+    images: dict[str, BaseImage]
+    pip: str | None = None
+    pip_home: str | None = None
+    deleted: str | None = None
+
+    @property
+    def variant(self) -> str:
+        """The torch wheel variant name for this toolkit, e.g. cu121."""
+        return "cu" + self.version.replace(".", "")
+
+
+@dataclass(frozen=True)
+class Torch:
+    version: str
+    variants: tuple[str, ...]
+    python: tuple[str, str]
+    triton: str | None
+    pypi_default: str
+    archs: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def supports_python(self, py: str) -> bool:
+        return vkey(self.python[0]) <= vkey(py) <= vkey(self.python[1])
+
+
+@dataclass(frozen=True)
+class Os:
+    key: str
+    image: str
+    family: str
+    codename: str
+    python: str
+    python_ppa: tuple[str, ...]
+    gcc_default: int
+    gcc: tuple[int, ...]
+    llvm: tuple[str, ...]
+    llvm_apt: tuple[str, ...]
+
+    @property
+    def pythons(self) -> tuple[str, ...]:
+        return tuple(sorted({self.python, *self.python_ppa}, key=vkey))
+
+    @property
+    def llvms(self) -> tuple[str, ...]:
+        return tuple(sorted({*self.llvm, *self.llvm_apt}, key=vkey))
+
+
+@dataclass(frozen=True)
+class Matrix:
+    gpus: dict[str, Gpu]
+    cuda: dict[str, Cuda]
+    torch: dict[str, Torch]
+    llvm: dict[str, str]  # version -> max CUDA as clang-CUDA
+    os: dict[str, Os]
+    torch_index: str
+    image_pip: tuple[str, ...]
+    image_apt: tuple[str, ...]
+    targets: dict[str, dict[str, Any]]
+
+    def gpu(self, name: str) -> Gpu | None:
+        n = name.strip().lower()
+        for g in self.gpus.values():
+            if n == g.key or n in g.aliases:
+                return g
+        return None
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"{path} is missing; restore it from git (`git checkout -- {path.name}`).") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path} is not valid TOML ({e}); fix that line.") from None
+
+
+def _need(table: dict[str, Any], key: str, where: str) -> Any:
+    if key not in table:
+        raise ConfigError(f"{where} has no `{key}`; add it to docker/matrix.toml.")
+    return table[key]
+
+
+@functools.lru_cache(maxsize=4)
+def load(docker_dir: Path = DOCKER_DIR) -> Matrix:
+    """Read matrix.toml and targets.toml from docker_dir, checking every entry."""
+    raw = _read(docker_dir / "matrix.toml")
+    gpus = {
+        k: Gpu(k, _need(v, "name", f"[gpu.{k}]"), str(_need(v, "cc", f"[gpu.{k}]")),
+               tuple(a.lower() for a in v.get("aliases", [])))
+        for k, v in raw.get("gpu", {}).items()
+    }
+    cuda = {}
+    for k, v in raw.get("cuda", {}).items():
+        where = f'[cuda."{k}"]'
+        images = {os_key: BaseImage(i["tag"], i.get("cudnn", "")) for os_key, i in v.get("images", {}).items()}
+        cuda[k] = Cuda(
+            version=k, full=_need(v, "full", where), min_driver=_need(v, "min_driver", where),
+            mvc_driver=v.get("mvc_driver"), max_gcc=int(_need(v, "max_gcc", where)),
+            max_clang=int(v.get("max_clang", 0)), archs=tuple(_need(v, "archs", where)), images=images,
+            pip=v.get("pip"), pip_home=v.get("pip_home"), deleted=v.get("deleted"),
+        )
+    torch = {}
+    for k, v in raw.get("torch", {}).items():
+        where = f'[torch."{k}"]'
+        py = _need(v, "python", where)
+        if len(py) != 2:
+            raise ConfigError(f"{where} python must be [oldest, newest].")
+        torch[k] = Torch(
+            version=k, variants=tuple(_need(v, "variants", where)), python=(py[0], py[1]),
+            triton=v.get("triton"), pypi_default=_need(v, "pypi_default", where),
+            archs={var: tuple(a) for var, a in v.get("archs", {}).items()},
+        )
+    llvm = {str(k): str(v["max_cuda"]) for k, v in raw.get("llvm", {}).items()}
+    oses = {}
+    for k, v in raw.get("os", {}).items():
+        where = f'[os."{k}"]'
+        oses[k] = Os(
+            key=k, image=_need(v, "image", where), family=_need(v, "family", where),
+            codename=_need(v, "codename", where), python=_need(v, "python", where),
+            python_ppa=tuple(v.get("python_ppa", [])), gcc_default=int(_need(v, "gcc_default", where)),
+            gcc=tuple(int(g) for g in _need(v, "gcc", where)), llvm=tuple(v.get("llvm", [])),
+            llvm_apt=tuple(v.get("llvm_apt", [])),
+        )
+    for c in cuda.values():
+        for os_key in c.images:
+            if os_key not in oses:
+                raise ConfigError(f'[cuda."{c.version}".images] names OS "{os_key}", which has no [os."{os_key}"] table.')
+    image = raw.get("image", {})
+    targets = _read(docker_dir / "targets.toml").get("target", {})
+    for name, t in targets.items():
+        unknown = set(t) - TARGET_KEYS
+        if unknown:
+            raise ConfigError(f"target `{name}` in targets.toml has unknown keys {sorted(unknown)}; known keys: {sorted(TARGET_KEYS)}.")
+    return Matrix(
+        gpus=gpus, cuda=cuda, torch=torch, llvm=llvm, os=oses,
+        torch_index=raw.get("index", {}).get("torch", ""),
+        image_pip=tuple(image.get("pip", [])), image_apt=tuple(image.get("apt", [])),
+        targets=targets,
+    )

@@ -1,0 +1,11 @@
+"""kernellab tasks: `invoke --list` shows them; the logic lives in src/kernellab/."""
+import sys
+from pathlib import Path
+
+# Let `invoke` work from a plain checkout even before `pip install -e .`.
+sys.path.insert(0, str(Path(__file__).parent / "src"))
+
+from kernellab.cli import collection  # noqa: E402
+
+ns = collection()
+ns.configure({"kernellab": {"target": None}})
