@@ -105,7 +105,8 @@ def run_argv(
 
 
 def run(image: str, command: Sequence[str] = (), *, gpu: bool | str = True, interactive: bool = False,
-        user: tuple[int, int] | None = None, env: dict[str, str] | None = None, network: str | None = None) -> int:
+        user: tuple[int, int] | None = None, env: dict[str, str] | None = None, network: str | None = None,
+        repo: Path = ROOT) -> int:
     """Run command in a container of image, streaming its output; return its exit code.
 
     gpu: True = the best mode found (none if this machine has no GPU), False = no GPU,
@@ -121,7 +122,7 @@ def run(image: str, command: Sequence[str] = (), *, gpu: bool | str = True, inte
     cache = cache_dir()
     _prepare_cache(cache, uid, gid)
     argv = run_argv(image, command, interactive=interactive, gpu_mode=mode, user=(uid, gid), cache=cache,
-                    env=env, network=network)
+                    env=env, network=network, repo=repo)
     try:
         return subprocess.call(argv)
     except KeyboardInterrupt:

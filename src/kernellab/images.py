@@ -162,8 +162,9 @@ def read_lock(spec: Spec, lock_dir: Path = LOCK_DIR) -> dict[str, Any]:
         raise BuildError(f"no lock at {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}; build once "
                          f"without --locked to create it.")
     lock = json.loads(path.read_text())
-    if lock.get("spec") != spec.to_dict():
-        changed = sorted(k for k in spec.to_dict() if lock.get("spec", {}).get(k) != spec.to_dict()[k])
+    want = json.loads(json.dumps(spec.to_dict()))  # as JSON has it: tuples become lists
+    if lock.get("spec") != want:
+        changed = sorted(k for k in want if lock.get("spec", {}).get(k) != want[k])
         raise BuildError(f"the lock {path.name} was made for a different spec (differs in: {', '.join(changed)}); "
                          f"rebuild without --locked to refresh it, or restore the matrix it was made from.")
     return lock

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Verification on the GPU machine (no network, no Docker, no invoke there): bring Docker from the
+# bundle (shared/gpu-host/make-docker-bundle.sh -> .gpu-host/), install carried wheels (.whl/),
+# then exercise kernellab the way a user would. Logs go to $OUT (or ./gpu-host-logs).
+#   bash .ci/gpu-host.sh [doctor] [shell] [test] [native] [bench]    (default: all of them)
+set -uo pipefail
+out=${OUT:-gpu-host-logs}; mkdir -p "$out"
+steps=${*:-doctor shell test native bench}
+export PYTHONUNBUFFERED=1 KERNELLAB_CACHE=/tmp/klcache
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD/src
+t0=$(date +%s)
+bash .gpu-host/start-docker.sh --site-base >"$out/docker.log" 2>&1 || { tail -20 "$out/docker.log"; exit 1; }
+export PATH=/tmp/dk/bin:$PATH
+echo "docker + site base ready in $(( $(date +%s) - t0 )) s"
+inv() { python3 -m invoke "$@"; }
+rc=0
+for step in $steps; do
+  echo "=== $step"
+  case $step in
+    doctor) inv doctor --target gpuhost 2>&1 | tee "$out/doctor.txt"; inv doctor --target gpuhost --json > "$out/doctor.json" ;;
+    shell)  inv build-image --target gpuhost 2>&1 | tail -n 4 | tee "$out/build.txt" || rc=1
+            inv shell --target gpuhost --gpu-mode devices \
+              --cmd "python -c 'import torch, os; print(torch.cuda.get_device_name(0), torch.__version__, os.getuid())'" \
+              2>&1 | tee "$out/shell.txt" || rc=1 ;;
+            inv test --target gpuhost --gpu-mode devices 2>&1 | tee "$out/test-container.txt" | tail -n 25; [ "${PIPESTATUS[0]}" = 0 ] || rc=1 ;;
+    native) inv test --native 2>&1 | tee "$out/test-native.txt" | tail -n 25; [ "${PIPESTATUS[0]}" = 0 ] || rc=1 ;;
+    bench)  inv bench --target gpuhost --gpu-mode devices --quick 2>&1 | tee "$out/bench.txt" | tail -n 40 || rc=1 ;;
+  esac
+done
+exit $rc

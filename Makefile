@@ -1,0 +1,53 @@
+# kernellab: `make` sets up and runs the main job on this machine's default target;
+# `make test` runs the test suite. Every target is a thin wrapper over `invoke` (see README).
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+INVOKE := $(BIN)/invoke
+# torch on the host is optional (native runs, `--native`); images bring their own.
+HOST_TORCH ?= torch==2.13.0
+TARGET ?=
+TARGET_FLAG := $(if $(TARGET),--target $(TARGET),)
+
+.PHONY: all setup engine venv image kernels bench-quick test test-unit doctor shell render clean
+
+all: setup image kernels bench-quick  ## the main job: build the default image, test the kernels in it, quick bench
+
+setup: engine venv  ## Docker engine (if missing) and the host virtualenv
+
+engine:  ## install and start a Docker engine if none runs (needs root the first time)
+	bash docker/engine.sh
+
+venv: $(BIN)/.installed
+
+$(BIN)/.installed: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q -e . "$(HOST_TORCH)" numpy matplotlib
+	touch $@
+
+image: venv  ## build the default (or TARGET=...) image
+	$(INVOKE) build-image $(TARGET_FLAG)
+
+kernels: venv  ## compile the kernels in the image and check them against PyTorch
+	$(INVOKE) test $(TARGET_FLAG)
+
+bench-quick: venv  ## a quick benchmark in the image; prints the summary table
+	$(INVOKE) bench --quick $(TARGET_FLAG)
+
+test: venv  ## the test suite (unit, Docker integration, native kernels; GPU tests need a GPU)
+	$(BIN)/python -m pytest
+
+test-unit: venv  ## only the tests that need neither Docker nor a GPU
+	$(BIN)/python -m pytest -m "not docker and not gpu"
+
+doctor: venv
+	$(INVOKE) doctor $(TARGET_FLAG)
+
+shell: venv
+	$(INVOKE) shell $(TARGET_FLAG)
+
+render: venv  ## re-render the committed Dockerfiles after editing docker/*.toml
+	$(INVOKE) render-dockerfiles
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,66 @@
+"""Shared test setup: markers that skip with a reason, or fail when the environment requires them.
+
+- `docker` tests need a Docker engine. KERNELLAB_REQUIRE_DOCKER=1 (CI sets it) makes a missing
+  engine a failure instead of a skip: CI never passes by skipping.
+- `gpu` tests need a CUDA GPU visible to PyTorch. KERNELLAB_REQUIRE_GPU=1 (the GPU machine) makes
+  a missing GPU a failure.
+(One file for every test module: the lead merges additions here.)
+"""
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+
+@functools.lru_cache(maxsize=1)
+def docker_problem() -> str | None:
+    try:
+        import docker
+        docker.from_env(timeout=20).ping()
+        return None
+    except Exception as e:  # the reason is reported, not swallowed
+        return (f"needs a running Docker engine ({type(e).__name__}); run `make engine` (as root) "
+                f"or set DOCKER_HOST")
+
+
+@functools.lru_cache(maxsize=1)
+def gpu_problem() -> str | None:
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed; `make setup` installs it"
+    if not torch.cuda.is_available():
+        return f"no CUDA GPU visible to PyTorch {torch.__version__}; run on a GPU machine (or in `invoke test`)"
+    return None
+
+
+def _require(marker: str, problem: str | None, variable: str) -> None:
+    if problem is None:
+        return
+    if os.environ.get(variable) == "1":
+        pytest.fail(f"{variable}=1 but this {marker} test {problem}", pytrace=False)
+    pytest.skip(problem)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("docker") is not None:
+        _require("docker", docker_problem(), "KERNELLAB_REQUIRE_DOCKER")
+    if item.get_closest_marker("gpu") is not None:
+        _require("gpu", gpu_problem(), "KERNELLAB_REQUIRE_GPU")
+
+
+@pytest.fixture(scope="session")
+def docker_client():
+    """A docker SDK client connected to a running engine (skips, or fails in CI, without one)."""
+    _require("docker", docker_problem(), "KERNELLAB_REQUIRE_DOCKER")
+    import docker
+    client = docker.from_env(timeout=300)
+    yield client
+    client.close()

@@ -1,0 +1,233 @@
+"""Integration tests against a real Docker engine: real builds, real containers.
+
+The cpu target is built once per session (fixture) on a base made locally with debootstrap;
+no registry is needed. Locks go to a temporary folder, never into docker/locks/.
+"""
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from kernellab import containers, images, network, targets
+from kernellab.errors import BuildError, DockerError, ResolveError
+from kernellab.resolve import resolve
+
+from proxy import Proxy
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+M = targets.load()
+
+
+def cpu_spec(**kw):
+    return resolve(M, target="cpu", torch_index=os.environ.get("KERNELLAB_TORCH_INDEX"), **kw)
+
+
+@pytest.fixture(scope="session")
+def lock_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("locks")
+
+
+@pytest.fixture(scope="session")
+def cpu_image(docker_client, lock_dir):
+    """The cpu target, built for real: (Built, build log)."""
+    log = io.StringIO()
+    t0 = time.monotonic()
+    built = images.build(cpu_spec(), lock_dir=lock_dir, ca_certs=network.ca_certificates(), out=log)
+    return built, log.getvalue(), time.monotonic() - t0
+
+
+def run(image: str, *cmd: str) -> str:
+    return subprocess.run(["docker", "run", "--rm", "--network", "none", image, *cmd],
+                          check=True, capture_output=True, text=True).stdout
+
+
+def test_build_labels_every_version_and_the_lock_hash(cpu_image):
+    built, _, _ = cpu_image
+    labels = images.labels(built.tags[0])
+    assert labels["kernellab.torch"] == "2.13.0" and labels["kernellab.python"] == "3.11"
+    assert labels["kernellab.kind"] == "cpu" and labels["kernellab.gcc"] == "12"
+    assert labels["kernellab.spec-sha256"] == built.spec.digest
+    assert labels["kernellab.lock-sha256"] == built.lock_sha256
+    assert set(built.tags) == {built.spec.tag, "kernellab:cpu"}
+    assert images.image_id("kernellab:cpu") == built.image_id
+
+
+def test_lock_records_base_digest_freeze_and_toolchain(cpu_image):
+    built, _, _ = cpu_image
+    lock = json.loads(built.lock_file.read_text())
+    assert images.lock_digest(lock) == built.lock_sha256
+    assert lock["base"]["digest"].startswith("sha256:")
+    assert any(line.startswith("torch==2.13.0") for line in lock["pip_freeze"])
+    assert any(line.startswith("ninja==") for line in lock["pip_freeze"])
+    assert lock["versions"]["gcc"].startswith("12.") and lock["versions"]["python"].startswith("3.11")
+    inside = json.loads(run(built.tags[0], "cat", "/etc/kernellab/lock.json"))
+    assert inside == lock
+
+
+def test_image_has_venv_ninja_and_the_pinned_compiler_on_path(cpu_image):
+    built, _, _ = cpu_image
+    out = run(built.tags[0], "bash", "-c", "which python ninja gcc; gcc -dumpversion; python -c 'import torch; print(torch.__version__)'")
+    assert "/opt/venv/bin/python" in out and "/opt/venv/bin/ninja" in out and "\n12\n" in out and "2.13.0" in out
+
+
+def test_container_runs_as_the_callers_uid_and_files_stay_theirs(cpu_image, tmp_path, monkeypatch):
+    built, _, _ = cpu_image
+    monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path / "cache"))
+    work = tmp_path / "repo"
+    work.mkdir()
+    os.chmod(work, 0o777)
+    code = containers.run(built.tags[0], ["bash", "-c", "id -u > /workspace/made-by.txt && touch /cache/home/x"],
+                          gpu=False, user=(1000, 1000), repo=work)
+    assert code == 0
+    made = work / "made-by.txt"
+    assert made.read_text().strip() == "1000"
+    assert (made.stat().st_uid, made.stat().st_gid) == (1000, 1000)
+    assert (tmp_path / "cache" / "home" / "x").stat().st_uid == 1000
+
+
+def test_container_exit_code_is_the_commands(cpu_image, tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path / "cache"))
+    assert containers.run(cpu_image[0].tags[0], ["bash", "-c", "exit 7"], gpu=False) == 7
+
+
+def test_unchanged_rebuild_is_served_from_cache(cpu_image, lock_dir):
+    built, _, _ = cpu_image
+    log = io.StringIO()
+    again = images.build(cpu_spec(), lock_dir=lock_dir, ca_certs=network.ca_certificates(), out=log)
+    text = log.getvalue()
+    assert again.image_id == built.image_id, "same inputs, same image"
+    run_steps = [ln for ln in text.splitlines() if "] RUN " in ln and ln.startswith("#")]
+    step_ids = [ln.split()[0] for ln in run_steps]
+    assert len(step_ids) >= 3 and all(f"{i} CACHED" in text for i in step_ids), "every RUN step came from cache"
+
+
+def test_locked_rebuild_reproduces_the_same_pip_freeze(cpu_image, lock_dir):
+    built, _, _ = cpu_image
+    lock = json.loads(built.lock_file.read_text())
+    again = images.build(cpu_spec(), lock_dir=lock_dir, locked=True, ca_certs=network.ca_certificates(),
+                         out=io.StringIO())
+    relock = json.loads(again.lock_file.read_text())
+    assert relock["pip_freeze"] == lock["pip_freeze"]
+    assert relock["base"] == lock["base"]
+
+
+def test_locked_refuses_a_lock_made_for_another_spec(cpu_image, lock_dir):
+    other = dataclasses.replace(cpu_spec(), target="cpu")
+    path = images.lock_path(other, lock_dir)
+    lock = json.loads(path.read_text())
+    spec = dataclasses.replace(other, extra_pip=("six",))
+    with pytest.raises(BuildError, match="different spec .*extra_pip"):
+        images.read_lock(spec, lock_dir)
+    assert json.loads(path.read_text()) == lock
+
+
+def test_a_failing_step_is_named_and_the_previous_image_of_the_tag_is_kept(cpu_image, lock_dir):
+    built, _, _ = cpu_image
+    bad = dataclasses.replace(cpu_spec(), extra_apt=("kernellab-no-such-package",), target=None)
+    subprocess.run(["docker", "tag", built.image_id, bad.tag], check=True)
+    with pytest.raises(BuildError) as e:
+        images.build(bad, lock_dir=lock_dir, out=io.StringIO())
+    msg = str(e.value)
+    assert "failed at step" in msg and "apt-get" in msg and "kernellab-no-such-package" in msg
+    assert images.image_id(bad.tag) == built.image_id, "the old image still holds the tag"
+    subprocess.run(["docker", "rmi", "--no-prune", bad.tag], check=True, capture_output=True)
+
+
+def test_no_engine_is_one_clear_sentence(monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    with pytest.raises(DockerError, match="cannot reach a Docker engine at unix:///nonexistent/docker.sock"):
+        images.engine()
+
+
+def test_missing_base_image_says_how_to_get_it(docker_client):
+    spec = dataclasses.replace(resolve(M, cuda="12.4", gpu="h100"), base="kernellab-test/no-such-base:1")
+    with pytest.raises(BuildError, match="could not be pulled.*import-image"):
+        images.ensure_base(spec, out=io.StringIO())
+
+
+def test_proxy_credentials_never_reach_the_image_and_the_ca_is_trusted(cpu_image, lock_dir, tmp_path, monkeypatch):
+    """Build through an authenticating proxy with an extra CA; the password must appear nowhere."""
+    cert = tmp_path / "test-ca.crt"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+                    "/CN=kernellab test CA", "-keyout", str(tmp_path / "k.pem"), "-out", str(cert)],
+                   check=True, capture_output=True)
+    secret = "s3cr3t-kl-proxy"
+    with Proxy("kluser", secret) as proxy:
+        url = f"http://kluser:{secret}@127.0.0.1:{proxy.port}"
+        for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+            monkeypatch.setenv(var, url)
+        # Only the extra CA differs from the cached build: every later layer goes through the proxy.
+        built = images.build(cpu_spec(), lock_dir=lock_dir, out=io.StringIO(),
+                             ca_certs=(*network.ca_certificates(), cert))
+    assert any(ok for _, _, ok in proxy.requests), f"the build did not use the proxy: {proxy.requests[:5]}"
+    ref = built.tags[0]
+    history = subprocess.run(["docker", "history", "--no-trunc", ref], capture_output=True, text=True).stdout
+    inspect = subprocess.run(["docker", "image", "inspect", ref], capture_output=True, text=True).stdout
+    assert secret not in history and secret not in inspect
+    saved = subprocess.run(["docker", "save", ref], capture_output=True).stdout
+    assert len(saved) > 10_000_000 and secret.encode() not in saved
+    bundle = run(ref, "cat", "/etc/ssl/certs/ca-certificates.crt")
+    pem = cert.read_text().strip().splitlines()
+    assert pem[1] in bundle, "the extra CA is in the image's trust store"
+
+
+@pytest.fixture(scope="session")
+def pip_toolkit_image(docker_client, lock_dir):
+    # torch 2.13.0 is a cu130 build on PyPI; a site's find-links may serve its own build of it (CI: CPU).
+    spec = resolve(M, target="cu130-pip", torch="2.13.0", torch_index=os.environ.get("KERNELLAB_TORCH_INDEX"))
+    return images.build(spec, lock_dir=lock_dir, ca_certs=network.ca_certificates(), out=io.StringIO())
+
+
+CUDA_SRC = r"""
+#include <cub/block/block_reduce.cuh>
+__global__ void scale(float* x, float a, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= a; }
+__global__ void total(const float* x, float* out) {
+  using R = cub::BlockReduce<float, 128>; __shared__ typename R::TempStorage t;
+  float s = R(t).Sum(x[threadIdx.x]); if (threadIdx.x == 0) *out = s; }
+extern "C" int kl_scale(float* x, float a, int n) { scale<<<(n + 127) / 128, 128>>>(x, a, n); return (int)cudaGetLastError(); }
+"""
+
+
+def test_pip_toolkit_image_compiles_a_cuda_extension_without_a_gpu(pip_toolkit_image, tmp_path, monkeypatch):
+    built = pip_toolkit_image
+    assert images.labels(built.tags[0])["kernellab.kind"] == "cuda-pip"
+    monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path / "cache"))
+    work = tmp_path / "ext"
+    work.mkdir()
+    os.chmod(work, 0o777)
+    (work / "k.cu").write_text(CUDA_SRC)
+    script = ('set -e; nvcc --version | grep "release 13.0"; '
+              'nvcc $KERNELLAB_NVCC_GENCODE -Xcompiler -fPIC -shared -lineinfo /workspace/k.cu -o /workspace/libk.so; '
+              'cuobjdump --list-elf /workspace/libk.so > /workspace/elf.txt; '
+              'python -c "import torch.utils.cpp_extension as c; print(c.CUDA_HOME)" > /workspace/cuda_home.txt')
+    assert containers.run(built.tags[0], ["bash", "-c", script], gpu=False, repo=work) == 0
+    elf = (work / "elf.txt").read_text()
+    for sm in ("sm_80", "sm_86", "sm_89", "sm_90"):
+        assert sm in elf
+    assert (work / "cuda_home.txt").read_text().strip() == built.spec.cuda_home
+    assert (work / "libk.so").stat().st_uid == os.getuid()
+
+
+def test_base_image_with_pytorch_is_verified_and_never_reinstalled(cpu_image, lock_dir):
+    """A site image (here: the cpu image standing in for an NGC/site container) keeps its torch."""
+    built, _, _ = cpu_image
+    site = "kernellab-test/site-base:1"
+    subprocess.run(["docker", "tag", built.image_id, site], check=True)
+    try:
+        spec = images.resolve_request(base_image=site, gpu="cpu")
+        assert (spec.kind, spec.torch, spec.torch_variant) == ("base-image", "2.13.0", "preinstalled")
+        log = io.StringIO()
+        on_site = images.build(spec, lock_dir=lock_dir, out=log)
+        assert "pip install" not in log.getvalue()
+        assert images.labels(on_site.tags[0])["kernellab.torch-variant"] == "preinstalled"
+        with pytest.raises(ResolveError, match="has PyTorch 2.13.0\\+cpu, not 2.5"):
+            images.resolve_request(base_image=site, gpu="cpu", torch="2.5")
+    finally:
+        subprocess.run(["docker", "rmi", "--no-prune", site], capture_output=True)

@@ -1,0 +1,226 @@
+"""Resolution, every refusal the matrix implies, rendering, and drift of the committed Dockerfiles."""
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernellab import render, targets
+from kernellab.cli.images import write_rendered
+from kernellab.errors import ResolveError
+from kernellab.resolve import BaseFacts, resolve
+from kernellab.targets import BaseImage
+
+ROOT = Path(__file__).resolve().parents[1]
+M = targets.load()
+
+
+def refuse(**kw) -> str:
+    with pytest.raises(ResolveError) as e:
+        resolve(M, **kw)
+    msg = str(e.value)
+    assert "\n" not in msg, "a refusal is one sentence"
+    return msg
+
+
+# --------------------------------------------------------------------------- defaults
+
+def test_cuda121_a100_gets_newest_compatible_everything():
+    s = resolve(M, cuda="12.1", gpu="a100")
+    assert (s.kind, s.cuda_full, s.torch, s.torch_variant) == ("cuda-image", "12.1.1", "2.5.1", "cu121")
+    assert s.base == "nvidia/cuda:12.1.1-cudnn8-devel-ubuntu22.04" and s.cudnn == "8.9.0.131"
+    assert s.gcc <= M.cuda["12.1"].max_gcc
+    assert s.arch_list == "8.0+PTX"
+    assert s.gencode == "-gencode=arch=compute_80,code=[sm_80,compute_80]"
+    assert s.torch_requirement == "torch==2.5.1+cu121" and s.torch_index.endswith("/cu121")
+    assert s.tag.startswith("kernellab:cu121-torch2.5.1-py310-sm80-")
+
+
+def test_several_gpus_give_sass_for_each_and_ptx_for_the_newest():
+    s = resolve(M, cuda="12.8", gpu=["h100", "a100,rtx5090"])
+    assert s.gpus == ("a100", "h100", "rtx5090")
+    assert s.arch_list == "8.0;9.0;12.0+PTX"
+    assert s.gencode.split() == [
+        "-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_90,code=sm_90",
+        "-gencode=arch=compute_120,code=[sm_120,compute_120]"]
+
+
+def test_aliases_and_capabilities_name_the_same_gpu():
+    assert resolve(M, cuda="12.4", gpu="sm_86").gpus == resolve(M, cuda="12.4", gpu="3090").gpus == ("a10",)
+
+
+def test_no_cuda_given_picks_the_newest_that_targets_every_gpu():
+    assert resolve(M, gpu="v100").cuda == "12.9"
+    assert resolve(M, gpu="h100").cuda == "13.0"
+
+
+def test_cpu_target_is_debootstrap_debian_with_cpu_torch():
+    s = resolve(M, target="cpu")
+    assert (s.kind, s.base, s.python, s.torch_requirement) == ("cpu", "debootstrap:bookworm", "3.11", "torch==2.13.0+cpu")
+    assert s.arch_list == "" and s.cuda is None
+
+
+def test_pip_toolkit_target_uses_pypi_cuda_and_cuda_home_in_the_venv():
+    s = resolve(M, target="cu130-pip")
+    assert s.kind == "cuda-pip" and s.pip_toolkit == "cuda-toolkit[nvcc,crt,cudart,nvvm,cccl]==13.0.2"
+    assert s.cuda_home == "/opt/venv/lib/python3.11/site-packages/nvidia/cu13"
+    assert s.torch_requirement == "torch==2.11.0" and s.torch_index is None  # cu130 is PyPI's default build
+
+
+def test_flags_override_a_named_target_and_change_the_tag():
+    a, b = resolve(M, target="cu130-pip"), resolve(M, target="cu130-pip", llvm="15")
+    assert b.llvm == "15" and a.tag != b.tag
+    assert resolve(M, target="cu130-pip").tag == a.tag, "tags are deterministic"
+
+
+def test_torch_index_can_be_disabled_for_mirrors():
+    s = resolve(M, target="cpu", torch_index="")
+    assert s.torch_index is None and s.torch_requirement == "torch==2.13.0+cpu"
+
+
+# --------------------------------------------------------------------------- refusals
+
+@pytest.mark.parametrize("cuda,gpu,expect", [
+    ("10.2", "h100", "starts with CUDA 11.8"),
+    ("11.7", "h100", "starts with CUDA 11.8"),
+    ("13.0", "v100", "ends with CUDA 12.9"),
+    ("12.4", "b200", "starts with CUDA 12.8"),
+    ("12.6", "rtx5090", "starts with CUDA 12.8"),
+    ("12.1", "k80", "ends with CUDA 11.8"),
+])
+def test_refuses_an_arch_the_toolkit_cannot_target(cuda, gpu, expect):
+    msg = refuse(cuda=cuda, gpu=gpu)
+    assert f"CUDA {cuda} cannot target" in msg and expect in msg
+
+
+def test_refuses_torch_without_a_wheel_for_the_cuda_and_names_the_range():
+    msg = refuse(cuda="12.1", gpu="a100", torch="2.6")
+    assert "PyTorch 2.6.0 has no wheel for CUDA 12.1" in msg and "2.1.2–2.5.1" in msg
+
+
+def test_refuses_python_outside_the_torch_range():
+    msg = refuse(cuda="12.1", gpu="a100", torch="2.1", python="3.12")
+    assert "supports Python 3.8–3.11, not 3.12" in msg
+
+
+def test_refuses_gcc_above_the_cuda_maximum():
+    assert "max gcc 12" in refuse(cuda="12.1", gpu="a100", gcc=13)
+
+
+def test_picks_an_older_gcc_when_the_os_default_is_too_new():
+    cuda = M.cuda["12.1"]
+    patched = dataclasses.replace(cuda, images={**cuda.images, "ubuntu24.04": BaseImage("x/cuda:12.1-noble", "")})
+    m = dataclasses.replace(M, cuda={**M.cuda, "12.1": patched})
+    s = resolve(m, cuda="12.1", gpu="a100", ubuntu="24.04")
+    assert s.gcc == 12 and M.os["ubuntu24.04"].gcc_default == 13
+
+
+def test_refuses_variant_arch_lists_that_miss_the_gpu():
+    assert "not built for Tesla P100" in refuse(cuda="12.8", gpu="p100", torch="2.8")
+
+
+def test_refuses_deleted_base_images_with_a_way_out():
+    msg = refuse(cuda="10.2", gpu="t4")
+    assert "no base image" in msg and "deleted" in msg and "--base-image" in msg
+
+
+@pytest.mark.parametrize("kw,listed", [
+    (dict(cuda="12.3", gpu="a100"), "known: 10.2, 11.7, 11.8, 12.1"),
+    (dict(cuda="12.1", gpu="x999"), "known GPUs: k80 (3.7)"),
+    (dict(cuda="12.1", gpu="a100", torch="9.9"), "known: 2.1.2, 2.2.2"),
+    (dict(target="nope"), "known targets: "),
+    (dict(cuda="12.1", gpu="a100", llvm="99"), "known: 10, 11"),
+])
+def test_unknown_versions_list_the_known_ones(kw, listed):
+    assert listed in refuse(**kw)
+
+
+def test_refuses_unavailable_os_python_and_mixing_cpu_with_gpus():
+    assert "available: ubuntu20.04, ubuntu22.04" in refuse(cuda="12.1", gpu="a100", ubuntu="24.04")
+    assert "cannot be combined" in refuse(gpu="cpu,a100")
+    assert "drop --cuda" in refuse(gpu="cpu", cuda="12.1")
+    assert "no GPU given" in refuse(cuda="12.1")
+
+
+def test_base_image_is_verified_not_reinstalled():
+    facts = BaseFacts(python="3.12.3", torch="2.11.0+cu130", torch_cuda="13.0")
+    s = resolve(M, base_image="site:gpu", gpu="h100", base_facts=facts)
+    assert (s.kind, s.torch, s.torch_variant, s.cuda, s.python) == ("base-image", "2.11.0", "preinstalled", "13.0", "3.12")
+    assert "has PyTorch 2.11.0+cu130, not 2.5" in refuse(base_image="site:gpu", gpu="h100", torch="2.5", base_facts=facts)
+    assert "CUDA 13.0 cannot target Tesla V100" in refuse(base_image="site:gpu", gpu="v100", base_facts=facts)
+    cpu_facts = BaseFacts(python="3.11.2", torch="2.13.0+cpu", torch_cuda=None)
+    assert "CPU build" in refuse(base_image="site:cpu", gpu="h100", base_facts=cpu_facts)
+
+
+def test_a_paper_environment_is_data_only(tmp_path):
+    shutil.copy(ROOT / "docker" / "matrix.toml", tmp_path / "matrix.toml")
+    (tmp_path / "targets.toml").write_text(
+        '[target.gnn-2021]\ndescription = "a GNN paper"\ncuda = "11.8"\ngpu = ["a10"]\n'
+        'torch = "2.1.2"\npython = "3.9"\nllvm = "12"\nos = "ubuntu20.04"\npip = ["dgl==1.1.3"]\n')
+    m = targets.load(tmp_path)
+    s = resolve(m, target="gnn-2021")
+    assert (s.cuda, s.torch, s.python, s.llvm, s.extra_pip) == ("11.8", "2.1.2", "3.9", "12", ("dgl==1.1.3",))
+    assert "dgl==1.1.3" in render.dockerfile(s, m)
+
+
+# --------------------------------------------------------------------------- rendering
+
+def test_dockerfiles_need_no_syntax_line_and_cache_apt_and_pip():
+    for name, t in M.targets.items():
+        if str(t.get("base", "debootstrap:")).startswith("debootstrap:") is False:
+            continue  # a --base-image target is resolved against the image itself (docker tests)
+        text = render.dockerfile(resolve(M, target=name), M)
+        assert "# syntax" not in text
+        assert "--mount=type=cache" in text and "--mount=type=secret,id=pipconf" in text
+        assert text.rstrip().splitlines()[-1].strip().startswith("kernellab.min-driver"), "labels come last"
+
+
+def test_rendered_pip_toolkit_fixes_lib64_and_cuda_home():
+    text = render.dockerfile(resolve(M, target="cu130-pip"), M)
+    assert "pip install 'cuda-toolkit[nvcc,crt,cudart,nvvm,cccl]==13.0.2'" in text
+    assert "ln -sfn lib lib64" in text and "lib/libcudart.so" in text
+    assert "ENV CUDA_HOME=/opt/venv/lib/python3.11/site-packages/nvidia/cu13" in text
+    assert 'TORCH_CUDA_ARCH_LIST="8.0;8.6;8.9;9.0+PTX"' in text
+
+
+def test_rendered_labels_carry_every_resolved_version():
+    s = resolve(M, target="tvm07-paper")
+    text = render.dockerfile(s, M)
+    for label in ('kernellab.cuda="11.8"', 'kernellab.torch="2.1.2"', 'kernellab.python="3.8"', 'kernellab.gcc="9"',
+                  'kernellab.llvm="10"', 'kernellab.cudnn="8.9.6.50"', f'kernellab.spec-sha256="{s.digest}"'):
+        assert label in text
+    assert "FROM nvidia/cuda:11.8.0-cudnn8-devel-ubuntu20.04" in text
+    assert "'scipy<1.11'" in text and "clang-10" in text
+
+
+def test_locked_render_installs_exactly_the_lock_and_pins_the_digest():
+    s = resolve(M, target="cu121-a100")
+    digest = "nvidia/cuda@sha256:" + "a" * 64
+    text = render.dockerfile(s, M, locked=True, base_digest=digest)
+    assert f"FROM {digest}" in text and "--no-deps" in text and "-r /tmp/kernellab-lock.txt" in text
+
+
+def test_committed_dockerfiles_match_the_matrix():
+    assert write_rendered(check=True) == [], "run `invoke render-dockerfiles` and commit docker/rendered/"
+
+
+# --------------------------------------------------------------------------- the task layer
+
+def test_bad_input_is_one_sentence_and_a_nonzero_exit_with_nothing_built():
+    p = subprocess.run([sys.executable, "-m", "invoke", "build-image", "--cuda", "13.0", "--gpu", "v100"],
+                       cwd=ROOT, capture_output=True, text=True)
+    assert p.returncode == 2
+    assert p.stderr.strip().startswith("kernellab: CUDA 13.0 cannot target Tesla V100")
+    assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_dry_run_prints_the_spec_and_the_dockerfile_without_docker():
+    p = subprocess.run([sys.executable, "-m", "invoke", "build-image", "--cuda", "12.4", "--gpu", "h100", "--dry-run"],
+                       cwd=ROOT, capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "HOME": "/tmp",
+                                                                     "DOCKER_HOST": "unix:///nonexistent.sock"})
+    assert p.returncode == 0, p.stderr
+    assert "torch       2.6.0 (cu124)" in p.stdout and "FROM nvidia/cuda:12.4.1-cudnn-devel-ubuntu22.04" in p.stdout
