@@ -6,14 +6,17 @@ leaves no half-tagged image, and the previous image of that tag stays.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import urllib.parse
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,8 +146,30 @@ def resolve_request(*, target: str | None = None, base_image: str | None = None,
     matrix = matrix or load()
     base = base_image or (matrix.targets.get(target or "", {}).get("base"))
     facts = probe_base(base) if base and not str(base).startswith("debootstrap:") else None
-    return resolve(matrix, target=target, base_image=base_image, base_facts=facts,
-                   torch_index=os.environ.get("KERNELLAB_TORCH_INDEX"), **flags)
+    index, note = torch_index_for_builds(matrix)
+    spec = resolve(matrix, target=target, base_image=base_image, base_facts=facts, torch_index=index, **flags)
+    if note and spec.torch_requirement and "+" in spec.torch_requirement:
+        spec = dataclasses.replace(spec, warnings=(*spec.warnings, note))
+    return spec
+
+
+def torch_index_for_builds(matrix: Matrix) -> tuple[str | None, str]:
+    """KERNELLAB_TORCH_INDEX if set; else the matrix's index, or none when its host is unreachable.
+
+    pip retries an unreachable index for every package (~10 s each); behind a closed network the
+    pip configuration (a mirror, find-links) has to provide PyTorch anyway.
+    """
+    if "KERNELLAB_TORCH_INDEX" in os.environ:
+        return os.environ["KERNELLAB_TORCH_INDEX"], ""
+    if not matrix.torch_index or any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY")):
+        return None, ""
+    host = urllib.parse.urlparse(matrix.torch_index.replace("{variant}", "cpu")).hostname or ""
+    try:
+        socket.create_connection((host, 443), timeout=3).close()
+        return None, ""
+    except OSError:
+        return "", (f"{host} is unreachable: PyTorch must come from your pip configuration "
+                    f"(set KERNELLAB_TORCH_INDEX to a mirror to choose)")
 
 
 def lock_path(spec: Spec, lock_dir: Path = LOCK_DIR) -> Path:

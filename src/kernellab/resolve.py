@@ -39,7 +39,7 @@ class Spec:
     triton: str | None
     pip_toolkit: str | None        # the PyPI requirement that provides nvcc (cuda-pip)
     cuda_home: str | None          # CUDA_HOME inside the image
-    torch_index: str | None        # extra index for non-default torch variants
+    torch_index: str | None = field(default=None, compare=False)  # where, not what: not in the digest
     torch_requirement: str = ""    # exact pip requirement, e.g. "torch==2.5.1+cu121"
     extra_pip: tuple[str, ...] = ()
     extra_apt: tuple[str, ...] = ()
@@ -68,6 +68,7 @@ class Spec:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("warnings")
+        d.pop("torch_index")
         d["arch_list"] = self.arch_list
         return d
 
