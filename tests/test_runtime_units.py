@@ -1,0 +1,142 @@
+"""Unit tests for container argument building, the build's network inputs and doctor's logic.
+
+Docker is not needed: these check the command lines and decisions; the docker-marked tests
+prove they work against a real engine.
+"""
+from __future__ import annotations
+
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from kernellab import containers, doctor, gpu, images, network
+from kernellab.errors import KernellabError
+
+
+@pytest.fixture
+def fake_image(monkeypatch):
+    monkeypatch.setattr(images, "image_id", lambda ref: "sha256:feed")
+    monkeypatch.setattr(containers, "_image_env", lambda ref: {"PATH": "/opt/venv/bin:/usr/bin",
+                                                                "LD_LIBRARY_PATH": "/usr/local/cuda/lib64"})
+
+
+def test_run_argv_mounts_repo_and_cache_runs_as_the_caller_and_is_not_privileged(fake_image, tmp_path):
+    argv = containers.run_argv("img:1", ["pytest", "-q"], user=(1234, 567), repo=tmp_path, cache=tmp_path / "c")
+    assert argv[:2] == ["docker", "run"] and argv[-3:] == ["img:1", "pytest", "-q"]
+    assert "--privileged" not in argv and "--rm" in argv
+    assert argv[argv.index("--user") + 1] == "1234:567"
+    assert f"{tmp_path}:/workspace" in argv and f"{tmp_path / 'c'}:/cache" in argv
+    env = {argv[i + 1].split("=", 1)[0]: argv[i + 1].split("=", 1)[1] for i, a in enumerate(argv) if a == "-e"}
+    assert env["HOME"] == "/cache/home" and env["KERNELLAB_CACHE"] == "/cache" and env["KERNELLAB_IMAGE_ID"] == "sha256:feed"
+
+
+def test_devices_mode_passes_nodes_and_driver_libraries_and_extends_paths(fake_image, monkeypatch, tmp_path):
+    monkeypatch.setattr(gpu, "device_nodes", lambda: ["/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm"])
+    monkeypatch.setattr(gpu, "driver_files", lambda: {"/usr/lib/x86_64-linux-gnu/libcuda.so.580.1":
+                                                      "/usr/local/nvidia/lib64/libcuda.so.1"})
+    argv = containers.run_argv("img:1", ["nvidia-smi"], gpu_mode="devices", user=(1, 1), repo=tmp_path, cache=tmp_path)
+    devices = [argv[i + 1] for i, a in enumerate(argv) if a == "--device"]
+    assert devices == ["/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm"]
+    assert "/usr/lib/x86_64-linux-gnu/libcuda.so.580.1:/usr/local/nvidia/lib64/libcuda.so.1:ro" in argv
+    assert "LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/nvidia/lib64:/usr/local/nvidia/lib" in argv
+    assert "PATH=/opt/venv/bin:/usr/bin:/usr/local/nvidia/bin" in argv
+    assert "--gpus" not in argv
+
+
+@pytest.mark.parametrize("mode,flag", [("nvidia", ["--gpus", "all"]), ("cdi", ["--device", "nvidia.com/gpu=all"])])
+def test_runtime_and_cdi_modes(mode, flag, fake_image, tmp_path):
+    argv = containers.run_argv("img:1", [], gpu_mode=mode, user=(1, 1), repo=tmp_path, cache=tmp_path)
+    assert argv[argv.index(flag[0]) + 1] == flag[1]
+
+
+def test_unknown_gpu_mode_is_refused():
+    with pytest.raises(ValueError, match="unknown GPU mode"):
+        gpu.docker_gpu_args("magic")
+
+
+def test_caller_ids_follow_sudo(monkeypatch):
+    monkeypatch.setenv("SUDO_UID", "1001")
+    monkeypatch.setenv("SUDO_GID", "1002")
+    assert containers.caller_ids() == (1001, 1002)
+
+
+def test_local_pip_sources_are_served_and_credentials_stay_in_the_secret(tmp_path):
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / "demo-1.0-py3-none-any.whl").write_bytes(b"PK fake")
+    index = tmp_path / "mirror" / "simple"
+    (index / "demo").mkdir(parents=True)
+    (index / "demo" / "index.html").write_text('<a href="../../files/demo-1.0.tar.gz">demo</a>')
+    cfg = network.PipConfig({"index-url": ["https://user:tok@pypi.corp/simple"],
+                             "extra-index-url": [f"file://{index}"], "find-links": [str(wheels)]})
+    with network.build_pip_conf(cfg) as conf:
+        text = conf.read_text()
+        assert oct(conf.stat().st_mode & 0o777) == "0o600"
+        assert "index-url = https://user:tok@pypi.corp/simple" in text
+        served = [line.split("=", 1)[1].strip() for line in text.splitlines() if line.startswith(("extra-index-url", "find-links"))]
+        listing = urllib.request.urlopen(served[1]).read().decode()
+        assert "demo-1.0-py3-none-any.whl" in listing
+        assert b"../../files/demo" in urllib.request.urlopen(served[0] + "demo/").read()
+        with pytest.raises(urllib.error.HTTPError):
+            urllib.request.urlopen(served[1] + "../../../etc/passwd")
+    assert not conf.exists(), "the pip.conf is removed after the build"
+
+
+def test_wheelhouse_means_offline(tmp_path):
+    with network.build_pip_conf(network.PipConfig({"index-url": ["https://pypi.org/simple"]}), wheelhouse=tmp_path) as conf:
+        text = conf.read_text()
+    assert "no-index = true" in text and "pypi.org" not in text
+    with pytest.raises(KernellabError, match="not a folder"):
+        with network.build_pip_conf(network.PipConfig(), wheelhouse=tmp_path / "missing"):
+            pass
+
+
+def test_proxy_values_go_through_the_environment_never_the_command_line():
+    args, env = network.proxy_build_args({"HTTPS_PROXY": "http://u:secret@proxy:3128", "no_proxy": "corp"})
+    assert "secret" not in " ".join(args)
+    assert args.count("--build-arg") == len(args) // 2 and "HTTPS_PROXY" in args
+    assert env["HTTPS_PROXY"] == "http://u:secret@proxy:3128"
+    assert env["no_proxy"] == "corp,127.0.0.1,localhost"
+    assert network.proxy_build_args({}) == ([], {})
+
+
+def test_ca_certificates_must_be_pem(tmp_path):
+    bad = tmp_path / "x.crt"
+    bad.write_text("not a cert")
+    with pytest.raises(KernellabError, match="not a PEM certificate"):
+        network.ca_certificates([str(bad)], host=False)
+    with pytest.raises(KernellabError, match="does not exist"):
+        network.ca_certificates([str(tmp_path / "none.crt")], host=False)
+
+
+@pytest.mark.parametrize("driver,severity", [("580.159.04", "ok"), ("570.10", "warn"), ("470.1", "fail")])
+def test_driver_check_against_cuda_13(driver, severity):
+    assert doctor.driver_finding(driver, "13.0", "580.95.05", "525.60.13").severity == severity
+
+
+@pytest.mark.parametrize("ccs,arch_list,severity", [
+    (["9.0"], "8.0;9.0+PTX", "ok"), (["8.9"], "8.0;8.6+PTX", "ok"), (["8.6"], "8.0+PTX", "ok"),
+    (["7.0"], "8.0;9.0+PTX", "fail"), (["9.0", "10.0"], "8.0;9.0", "fail"),
+])
+def test_arch_coverage(ccs, arch_list, severity):
+    assert doctor.arch_finding(ccs, arch_list).severity == severity
+
+
+def test_doctor_checks_are_ordered_and_each_has_a_name():
+    names = [name for name, _ in doctor.CHECKS]
+    assert names[:3] == ["docker cli", "docker engine", "buildkit"] and "gpu in containers" in names
+    assert len(names) == len(set(names))
+
+
+def test_unreachable_torch_index_is_dropped_with_a_note(monkeypatch):
+    from kernellab import targets
+    monkeypatch.delenv("KERNELLAB_TORCH_INDEX", raising=False)
+    for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(v, raising=False)
+    m = targets.load()
+    m = __import__("dataclasses").replace(m, torch_index="https://kernellab-unreachable.invalid/{variant}")
+    index, note = images.torch_index_for_builds(m)
+    assert index == "" and "unreachable" in note
+    monkeypatch.setenv("KERNELLAB_TORCH_INDEX", "https://mirror/{variant}")
+    assert images.torch_index_for_builds(m) == ("https://mirror/{variant}", "")
