@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -123,10 +122,7 @@ def run(image: str, command: Sequence[str] = (), *, gpu: bool | str = True, inte
     _prepare_cache(cache, uid, gid)
     argv = run_argv(image, command, interactive=interactive, gpu_mode=mode, user=(uid, gid), cache=cache,
                     env=env, network=network, repo=repo)
-    try:
-        return subprocess.call(argv)
-    except KeyboardInterrupt:
-        return 130
+    return proc.call(argv)
 
 
 def gpu_mode_names() -> tuple[str, ...]:

@@ -5,10 +5,12 @@ import glob
 import os
 import re
 import shutil
-import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from . import proc
+from .errors import KernellabError
 
 #: Driver libraries a CUDA program (and nvidia-smi / NVML) needs from the host.
 DRIVER_LIBS = ("libcuda.so", "libnvidia-ml.so", "libnvidia-ptxjitcompiler.so", "libnvidia-nvvm.so",
@@ -45,14 +47,14 @@ def host_gpus() -> list[HostGpu]:
     if smi is None:
         return []
     try:
-        p = subprocess.run([smi, "--query-gpu=index,name,uuid,compute_cap,driver_version,memory.total",
-                            "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
+        r = proc.run([smi, "--query-gpu=index,name,uuid,compute_cap,driver_version,memory.total",
+                      "--format=csv,noheader,nounits"], check=False, timeout=60)
+    except KernellabError:  # hung driver: treat as no GPU, doctor says so
         return []
-    if p.returncode != 0:
+    if not r.ok:
         return []
     gpus = []
-    for line in p.stdout.strip().splitlines():
+    for line in r.stdout.strip().splitlines():
         f = [x.strip() for x in line.split(",")]
         if len(f) < 6:
             continue
@@ -79,10 +81,8 @@ def driver_files() -> dict[str, str]:
     if (DRIVER_DIR / "lib64").is_dir() and list((DRIVER_DIR / "lib64").glob("libcuda.so*")):
         return {str(DRIVER_DIR): str(DRIVER_DIR)}
     files: dict[str, str] = {}
-    try:
-        text = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        text = ""
+    ldconfig = shutil.which("ldconfig") or "/sbin/ldconfig"
+    text = proc.run([ldconfig, "-p"], check=False, timeout=30).stdout if os.path.exists(ldconfig) else ""
     for line in text.splitlines():
         m = re.match(r"\s*(\S+) \(([^)]*)\) => (\S+)", line)
         if not m or "x86-64" not in m.group(2) and "64bit" not in m.group(2) and "AArch64" not in m.group(2):

@@ -13,7 +13,6 @@ import os
 import re
 import shutil
 import socket
-import subprocess
 import sys
 import tempfile
 import urllib.parse
@@ -55,11 +54,11 @@ def builder() -> list[str]:
     if not candidates:
         raise DockerError("the docker CLI is not installed; run `make engine` or install docker.io.")
     for cli in candidates:
-        if subprocess.run([cli, "buildx", "version"], capture_output=True).returncode == 0:
+        if proc.run([cli, "buildx", "version"], check=False).ok:
             return [cli, "buildx", "build", "--load"]
     for cli in candidates:
-        p = subprocess.run([cli, "version", "--format", "{{.Client.Version}}"], capture_output=True, text=True)
-        major = re.match(r"(\d+)", p.stdout.strip())
+        version = proc.run([cli, "version", "--format", "{{.Client.Version}}"], check=False).stdout.strip()
+        major = re.match(r"(\d+)", version)
         if major and int(major.group(1)) < 23:  # before 23, `docker build` had BuildKit built in
             return [cli, "build"]
     raise DockerError("no docker CLI here can build with BuildKit: install the buildx plugin "
@@ -281,14 +280,13 @@ def build(
 
 
 def _envinfo(image: str) -> dict[str, Any]:
-    py = "python"
-    r = proc.run(["docker", "run", "--rm", "--network", "none", "-v", f"{ENVINFO}:/tmp/kl-envinfo.py:ro",
-                  "--entrypoint", py, image, "/tmp/kl-envinfo.py"], check=False)
-    if not r.ok:
+    """Describe the built image from inside (its venv's python, else python3)."""
+    for python in ("python", "python3"):
         r = proc.run(["docker", "run", "--rm", "--network", "none", "-v", f"{ENVINFO}:/tmp/kl-envinfo.py:ro",
-                      "--entrypoint", "python3", image, "/tmp/kl-envinfo.py"],
-                     hint="the image was built but its Python could not describe it")
-    return json.loads(r.stdout)
+                      "--entrypoint", python, image, "/tmp/kl-envinfo.py"], check=False)
+        if r.ok:
+            return json.loads(r.stdout)
+    raise BuildError(f"the image was built but its Python could not describe it (for the lock): {r.stderr.strip()[-300:]}")
 
 
 def _label_and_tag(cli: list[str], built_id: str, lock: dict[str, Any], digest: str, tags: tuple[str, ...],

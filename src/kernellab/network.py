@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import http.server
 import os
-import subprocess
 import sys
 import tempfile
 import threading
@@ -24,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+from . import proc
 from .errors import KernellabError
 
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "FTP_PROXY", "NO_PROXY", "ALL_PROXY")
@@ -57,11 +57,8 @@ def _local_path(value: str) -> Path | None:
 
 def host_pip_config() -> PipConfig:
     """Read the host's effective pip configuration (files and PIP_* variables)."""
-    try:
-        p = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=60)
-        lines = p.stdout.splitlines() if p.returncode == 0 else []
-    except (OSError, subprocess.TimeoutExpired):
-        lines = []
+    r = proc.run([sys.executable, "-m", "pip", "config", "list"], check=False, timeout=60)
+    lines = r.stdout.splitlines() if r.ok else []
     values: dict[str, list[str]] = {}
     for line in lines:
         if "=" not in line:

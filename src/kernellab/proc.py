@@ -78,6 +78,21 @@ def run(
     return _run_streaming(argv, check=check, cwd=cwd, env=env, input=input, timeout=timeout, hint=hint, out=out)
 
 
+def call(argv: Sequence[str], *, cwd: str | os.PathLike | None = None, env: Mapping[str, str] | None = None) -> int:
+    """Run argv attached to this terminal (stdin, stdout, stderr); return its exit code.
+
+    For interactive shells and for commands whose exit code is the answer (pytest in a container).
+    Ctrl-C reaches the child through the terminal; here it returns 130.
+    """
+    argv = [str(a) for a in argv]
+    if shutil.which(argv[0]) is None and not os.path.exists(argv[0]):
+        raise KernellabError(f"`{argv[0]}` is not installed or not on PATH; install it and try again.")
+    try:
+        return subprocess.call(argv, cwd=cwd, env=_env(env))
+    except KeyboardInterrupt:
+        return 130
+
+
 def _run_streaming(argv, *, check, cwd, env, input, timeout, hint, out) -> Result:
     out = out or sys.stdout
     last: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)

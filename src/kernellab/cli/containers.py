@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 import shlex
-import subprocess
 import sys
 
 from invoke import Exit
 
-from .. import ROOT, containers, images
+from .. import ROOT, containers, images, proc
 from . import task
 
 GPU_MODE_HELP = "how the container gets the GPU: nvidia, cdi, devices, or none (default: the best doctor finds)"
@@ -38,7 +37,7 @@ def test(c, target=None, image=None, k=None, native=False, gpu_mode=None, suite=
     paths = ["tests/test_kernels.py"] if suite == "kernels" else ["tests"]
     args = ["-m", "pytest", *paths, "-q", "-rs", *(["-k", k] if k else [])]
     if native:
-        code = subprocess.call([sys.executable, *args], cwd=ROOT)
+        code = proc.call([sys.executable, *args], cwd=ROOT)
     else:
         ref = image or images.image_for_target(target)
         code = containers.run(ref, ["python", *args], gpu=_gpu(gpu_mode))
