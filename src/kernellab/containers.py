@@ -85,7 +85,9 @@ def run_argv(
         argv += ["--network", network]
     if name:
         argv += ["--name", name]
-    full_env = {"HOME": f"{CACHE}/home", "USER": os.environ.get("USER", "kernellab") or "kernellab",
+    # kernellab's own switches (KERNELLAB_OPS, KERNELLAB_REQUIRE_GPU, ...) reach the container too.
+    passed = {k: v for k, v in os.environ.items() if k.startswith("KERNELLAB_") and k != "KERNELLAB_CACHE"}
+    full_env = {**passed, "HOME": f"{CACHE}/home", "USER": os.environ.get("USER", "kernellab") or "kernellab",
                 "KERNELLAB_CACHE": CACHE, "PYTHONPATH": f"{WORKSPACE}/src",
                 "PIP_CACHE_DIR": f"{CACHE}/pip", "KERNELLAB_IMAGE_ID": images.image_id(image)}
     if gpu_mode:

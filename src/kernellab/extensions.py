@@ -170,6 +170,7 @@ def demangle(symbols: Sequence[str]) -> list[str]:
 
 def short_name(demangled: str) -> str:
     """`void k<float, 4>(float const*, int)` -> `k<float, 4>`: the name and template arguments only."""
+    demangled = demangled.replace("(anonymous namespace)::", "")
     depth = 0
     for i, ch in enumerate(demangled):
         if ch == "<":
@@ -227,6 +228,8 @@ _UNDEFINED = re.compile(r"undefined symbol: (\S+)")
 
 def _explain(name: str, error: BaseException, log: str, directory: Path) -> ExtensionError:
     text = str(error)
+    if error.__cause__ is not None:  # torch.ops.load_library wraps the loader's OSError
+        text += f": {error.__cause__}"
     if text.startswith("Error building extension"):
         messages = compiler_messages(log) or text
         return ExtensionError(f"{name} does not compile:\n{messages}\n(full log: {directory / 'build.log'})")

@@ -1,0 +1,116 @@
+"""Real builds through kernellab.extensions (C++ only, no GPU): errors a user can read, and the cache.
+
+The sources include no torch headers, so each build takes a second or two.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch", reason="torch is not installed (pip install torch, or use a kernellab image)")
+
+from kernellab import ROOT, extensions  # noqa: E402
+from kernellab.errors import ExtensionError  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def write(folder: Path, name: str, text: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_compile_error_shows_the_compilers_message_with_file_and_line(tmp_path: Path) -> None:
+    src = write(tmp_path / "src", "broken.cpp", """\
+        int answer() {
+          return forty_two;
+        }
+        """)
+    with pytest.raises(ExtensionError) as info:
+        extensions.build("kl_test_broken", [src], cuda=False)
+    message = str(info.value)
+    assert message.startswith("kl_test_broken does not compile:")
+    assert re.search(rf"{re.escape(str(src))}:2:10: error: .forty_two. was not declared", message)
+    assert "-MMD" not in message and "Traceback" not in message and "ninja: build stopped" not in message
+    assert "full log:" in message
+
+
+def test_a_symbol_no_source_defines_is_named_demangled_at_load(tmp_path: Path) -> None:
+    src = write(tmp_path / "src", "binding.cpp", """\
+        namespace kl { int launch_thing(const float* x, int n); }
+        int call_it() { float x = 0; return kl::launch_thing(&x, 1); }
+        """)
+    with pytest.raises(ExtensionError, match=r"nothing defines `kl::launch_thing\(float const\*, int\)`"):
+        extensions.build("kl_test_undefined", [src], cuda=False)
+
+
+BUILD_ONE = """
+import json, sys
+from pathlib import Path
+from kernellab import extensions
+b = extensions.build("kl_test_cache", [Path(p) for p in sys.argv[1:]], cuda=False)
+print(json.dumps({"compiled": b.compiled, "dir": str(b.directory), "seconds": b.seconds}))
+"""
+
+
+def build_in_fresh_process(sources: list[Path]) -> tuple[dict, str]:
+    """Each rerun of the inner loop is a new process (pytest); in-process reloads behave differently."""
+    import json
+
+    done = subprocess.run([sys.executable, "-c", BUILD_ONE, *map(str, sources)], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT / "src")}, check=True)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    return result, (Path(result["dir"]) / "build.log").read_text()
+
+
+def test_unchanged_rerun_compiles_nothing_and_an_edit_recompiles_only_that_file(tmp_path: Path) -> None:
+    kernel = write(tmp_path / "src", "kernel.cpp", "int kernel_value() { return 1; }\n")
+    binding = write(tmp_path / "src", "binding.cpp", "int kernel_value();\nint bound() { return kernel_value(); }\n")
+
+    first, first_log = build_in_fresh_process([kernel, binding])
+    assert first["compiled"]
+    assert "kernel.cpp" in first_log and "binding.cpp" in first_log
+
+    again, _ = build_in_fresh_process([kernel, binding])
+    assert not again["compiled"]
+    assert again["dir"] == first["dir"]
+
+    kernel.write_text("int kernel_value() { return 2; }\n")
+    edited, edited_log = build_in_fresh_process([kernel, binding])
+    assert edited["compiled"]
+    assert edited["dir"] == first["dir"]  # the folder is keyed by paths and flags, not contents
+    assert "-c " + str(kernel) in edited_log
+    assert "binding.cpp -o" not in edited_log
+
+
+def test_build_folder_is_keyed_by_sources_and_lives_in_the_cache(tmp_path: Path, cache: Path) -> None:
+    a = write(tmp_path, "a.cpp", "")
+    b = write(tmp_path, "b.cpp", "")
+    one = extensions.build_directory("kl_x", [a], cuda=False)
+    assert one.parent == cache / "torch_extensions"
+    assert one == extensions.build_directory("kl_x", [a], cuda=False)
+    assert one != extensions.build_directory("kl_x", [a, b], cuda=False)
+
+
+def test_arch_list_comes_from_the_environment_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0;9.0+PTX")
+    assert extensions.arch_list() == "8.0;9.0+PTX"
+
+
+def test_max_jobs_is_at_least_one_and_at_most_the_cores() -> None:
+    cores = len(os.sched_getaffinity(0))
+    assert 1 <= extensions.max_jobs() <= cores

@@ -1,0 +1,177 @@
+"""op.toml parsing, op discovery and selection, and the build report: pure logic, no compiler."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kernellab import extensions, ops
+from kernellab.errors import ConfigError
+
+MINIMAL = """
+description = "test op"
+kind = "cpu"
+dtypes = ["float32", "float16"]
+bytes = "2 * n * itemsize"
+flops = "n"
+test_shapes = [{ n = 1 }, { n = 5 }]
+bench_shapes = [{ n = 1024 }]
+"""
+
+
+def make_op(root: Path, name: str = "toy", toml: str = MINIMAL, files: tuple[str, ...] = ("toy.cpp",)) -> Path:
+    folder = root / name
+    folder.mkdir(parents=True)
+    (folder / "op.toml").write_text(toml)
+    (folder / "reference.py").write_text("def reference(x):\n    return x\n")
+    for f in files:
+        (folder / f).write_text("// source\n")
+    return folder
+
+
+def test_every_shipped_op_parses_and_its_formulas_evaluate() -> None:
+    specs = ops.discover()
+    assert {"vector_add", "softmax", "layernorm", "matmul", "attention", "softmax_triton", "rmsnorm_cpu"} <= {
+        s.name for s in specs}
+    for spec in specs:
+        shape, dtype = spec.bench_shapes[0], spec.bench_dtypes[0]
+        assert spec.bytes_moved(shape, dtype) > 0
+        assert spec.flops(shape, dtype) > 0
+        assert "eager" in spec.baselines
+        assert set(spec.tolerances) == set(spec.dtypes)
+        assert spec.needs_gpu == (spec.kind != "cpu")
+
+
+def test_defaults_fill_in(tmp_path: Path) -> None:
+    make_op(tmp_path)
+    (spec,) = ops.discover(tmp_path)
+    assert spec.sources == ["toy.cpp"]
+    assert spec.candidates == {"kernellab": "toy"}
+    assert spec.baselines == ["eager"]
+    assert spec.bench_dtypes == ["float32", "float16"]
+    assert spec.seeds == ops.DEFAULT_SEEDS
+    assert spec.tolerances == {"float32": (1e-4, 1e-4), "float16": (1e-3, 1e-3)}
+    assert spec.bytes_moved({"n": 1024}, "float16") == 4096
+    assert not spec.needs_gpu
+
+
+def test_folders_without_op_toml_or_starting_with_underscore_are_not_ops(tmp_path: Path) -> None:
+    make_op(tmp_path, "toy")
+    make_op(tmp_path, "_common")
+    (tmp_path / "notes").mkdir()
+    assert [s.name for s in ops.discover(tmp_path)] == ["toy"]
+
+
+@pytest.mark.parametrize("expr, expected", [
+    ("soft", ["softmax", "softmax_triton"]),
+    ("softmax and not triton", ["softmax"]),
+    ("(vector or norm) and not soft", ["layernorm", "vector_add"]),
+    ("SOFTMAX_TRITON", ["softmax_triton"]),
+])
+def test_select_works_like_pytest_k(tmp_path: Path, expr: str, expected: list[str]) -> None:
+    for name in ("softmax", "softmax_triton", "layernorm", "vector_add"):
+        make_op(tmp_path, name, files=(f"{name}.cpp",))
+    assert [s.name for s in ops.discover(tmp_path, select=expr)] == expected
+
+
+@pytest.mark.parametrize("expr", ["soft and", "a; import os", "x == y"])
+def test_bad_select_is_a_config_error(tmp_path: Path, expr: str) -> None:
+    make_op(tmp_path)
+    with pytest.raises(ConfigError, match="-k"):
+        ops.discover(tmp_path, select=expr)
+
+
+@pytest.mark.parametrize("change, message", [
+    (("kind", '"cpu"', '"rocm"'), "kind"),
+    (("flops", '"n"', '"n * m"'), "flops = 'n \\* m' fails"),
+    (("dtypes", '["float32", "float16"]', '["float8"]'), "float8"),
+    (("shape", "{ n = 5 }", "{ m = 5 }"), "every shape needs"),
+    (("typo", 'bytes =', 'byte ='), "unknown key"),
+    (("tolerance", "", "\n[tolerances]\nbfloat16 = [1, 1]\n"), "tolerances.bfloat16"),
+])
+def test_mistakes_in_op_toml_name_the_file_and_key(tmp_path: Path, change: tuple[str, str, str], message: str) -> None:
+    _, old, new = change
+    toml = MINIMAL.replace(old, new, 1) if old else MINIMAL + new  # a [table] must come last
+    make_op(tmp_path, toml=toml)
+    with pytest.raises(ConfigError, match=message) as info:
+        ops.discover(tmp_path)
+    assert "toy/op.toml" in str(info.value)
+
+
+def test_missing_reference_or_sources_are_reported(tmp_path: Path) -> None:
+    folder = make_op(tmp_path, files=())
+    with pytest.raises(ConfigError, match="no sources"):
+        ops.discover(tmp_path)
+    (folder / "toy.cpp").write_text("")
+    (folder / "reference.py").unlink()
+    with pytest.raises(ConfigError, match="reference.py"):
+        ops.discover(tmp_path)
+
+
+PTXAS_LOG = """\
+[1/3] /usr/local/cuda/bin/nvcc --generate-dependencies-with-compile -c /src/kernels/k/k.cu -o k.cuda.o -Xptxas=-v
+ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function '_Z6scalarPfi' for 'sm_90'
+ptxas info    : Function properties for _Z6scalarPfi
+    8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 40 registers, used 1 barriers, 128 bytes smem, 368 bytes cmem[0]
+ptxas info    : Compiling entry function '_Z4fastPKfPfi' for 'sm_90'
+ptxas info    : Function properties for _Z4fastPKfPfi
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 12 registers, used 0 barriers, 368 bytes cmem[0]
+[2/3] c++ -MMD -MF binding.o.d -c /src/kernels/k/binding.cpp -o binding.o
+[3/3] c++ binding.o k.cuda.o -shared -o kernellab_k.so
+"""
+
+
+def test_ptxas_reports_are_read_per_kernel_and_source() -> None:
+    found = extensions.parse_ptxas(PTXAS_LOG)
+    assert list(found) == ["/src/kernels/k/k.cu"]
+    slow, fast = found["/src/kernels/k/k.cu"]
+    assert (slow.function, slow.arch, slow.registers, slow.spill_stores, slow.spill_loads, slow.stack_bytes,
+            slow.shared_bytes) == ("_Z6scalarPfi", "sm_90", 40, 4, 12, 8, 128)
+    assert (fast.function, fast.registers, fast.spill_stores, fast.shared_bytes) == ("_Z4fastPKfPfi", 12, 0, 0)
+
+
+def test_compiler_messages_keep_the_compiler_and_drop_the_commands() -> None:
+    log = """[1/2] c++ -MMD -MF bad.o.d -c /x/bad.cpp -o bad.o
+FAILED: bad.o
+c++ -MMD -MF bad.o.d -c /x/bad.cpp -o bad.o
+/x/bad.cpp:3:12: error: 'nope' was not declared in this scope
+    3 |   return nope;
+      |          ^~~~
+ninja: build stopped: subcommand failed.
+"""
+    assert extensions.compiler_messages(log).splitlines() == [
+        "/x/bad.cpp:3:12: error: 'nope' was not declared in this scope",
+        "    3 |   return nope;",
+        "      |          ^~~~",
+    ]
+
+
+def test_short_names_keep_template_arguments() -> None:
+    assert extensions.short_name("void k<float, 4>(float const*, int)") == "k<float, 4>"
+    assert extensions.short_name("void ns::f(int)") == "ns::f"
+    assert extensions.short_name("void (anonymous namespace)::k<__half, 8>(__half const*)") == "k<__half, 8>"
+
+
+def test_build_table_lists_kernels_skips_and_failures(tmp_path: Path) -> None:
+    make_op(tmp_path, "aa")
+    make_op(tmp_path, "bb")
+    make_op(tmp_path, "cc")
+    a, b, c = ops.discover(tmp_path)
+    resources = tuple(r for rows in extensions.parse_ptxas(PTXAS_LOG).values() for r in rows)
+    build = extensions.Build("kernellab_aa", tmp_path / "a.so", tmp_path, 12.34, True, resources)
+    table = ops.build_table([
+        ops.BuildOutcome(a, build),
+        ops.BuildOutcome(b, note="Triton compiles at the first call"),
+        ops.BuildOutcome(c, note="cc does not compile:\nc.cu(3): error: x", failed=True),
+    ])
+    lines = table.splitlines()
+    assert lines[0].split()[:4] == ["op", "status", "seconds", "kernel"]
+    assert lines[1].split()[:4] == ["aa", "compiled", "12.3", "scalar"]
+    assert lines[1].split()[-4:] == ["40", "4/12", "8", "128"]
+    assert lines[2].split()[0] == "fast"
+    assert "skipped" in lines[3] and "Triton compiles" in lines[3]
+    assert "FAILED" in lines[4]
+    assert table.endswith("cc: cc does not compile:\nc.cu(3): error: x")
