@@ -1,0 +1,121 @@
+"""Tasks that carry an image to a machine that cannot pull: export-image, import-image."""
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from .. import transfer
+from ..errors import TransferError
+from . import task
+
+
+class _Meter:
+    """Progress on stderr: one updating line on a terminal, a line every 15 s in a log."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
+        self.start: dict[str, float] = {}
+        self.last = 0.0
+
+    def __call__(self, phase: str, done: int, total: int | None) -> None:
+        now = time.monotonic()
+        start = self.start.setdefault(phase, now)
+        finished = total is not None and done >= total
+        if now - start < 1 or (now - self.last < (0.5 if self.tty else 15) and not finished):
+            return  # nothing worth a line yet: short steps stay quiet
+        self.last = now
+        rate = done / 1e6 / max(now - start, 1e-6)
+        of = f" of ~{total / 1e6:,.0f}" if total else ""
+        line = f"{phase}: {done / 1e6:,.0f}{of} MB, {rate:,.0f} MB/s"
+        sys.stderr.write(f"\r{line:<60}" if self.tty else line + "\n")
+        sys.stderr.flush()
+
+    def done(self) -> None:
+        if self.tty and self.start:
+            sys.stderr.write("\n")
+
+
+def _resolve_image(c: Any, image: str | None, target: str | None) -> str:
+    if image and target:
+        raise TransferError("Pass either IMAGE or --target, not both.")
+    target = target or (None if image else c.config.get("kernellab", {}).get("target"))
+    if image:
+        return image
+    if not target:
+        raise TransferError("Name the image to export (IMAGE) or a target (--target NAME).")
+    try:
+        from ..images import image_for_target
+    except ImportError:
+        raise TransferError("--target needs kernellab.images, which this checkout lacks; "
+                            "pass the image name instead.") from None
+    return image_for_target(target)
+
+
+@task(
+    help={
+        "image": "image name or ID to export",
+        "target": "export the image of this target instead of naming it",
+        "output": "folder to write the bundle folder into (default: bundles/)",
+        "chunk-size": "size of each chunk file, e.g. 1G, 200M (default 1G)",
+        "level": "zstd level, 1 fastest .. 19 smallest (default 3, already smaller than gzip)",
+        "since": "manifest.json (or bundle folder) the receiver already loaded: ship only the layers it lacks",
+        "check-target": "`invoke doctor --json` output saved on the receiving machine: warn if it cannot run the image",
+    },
+    positional=["image"],
+    auto_shortflags=False,  # automatic ones would give --check-target `-h`, which reads as --help
+)
+def export_image(c: Any, image: str = "", target: str | None = None, output: str = "bundles",
+                 chunk_size: str = "1G", level: int = 3, since: str | None = None,
+                 check_target: str | None = None) -> None:
+    """Write an image as a chunked, checksummed bundle for a machine that cannot pull."""
+    ref = _resolve_image(c, image, target)
+    warnings = _check(ref, check_target) if check_target else []
+    meter = _Meter()
+    # The engine gathers all layers before the first byte flows (minutes for a large image).
+    print(f"Exporting {ref} into {output}/ (docker save prepares the layers first) ...", file=sys.stderr)
+    try:
+        bundle = transfer.export_image(ref, output, chunk_size=chunk_size, level=int(level), since=since,
+                                       progress=meter)
+    finally:
+        meter.done()
+    m = transfer.read_manifest(bundle)
+    ratio = m["stream"]["bytes"] / max(m["stream"]["tar_bytes"], 1)
+    shipped = sum(1 for layer in m["layers"] if layer["shipped"])
+    print(f"Wrote {bundle}: {len(m['chunks'])} chunk(s), {m['stream']['bytes'] / 1e6:,.1f} MB "
+          f"({ratio:.0%} of {m['stream']['tar_bytes'] / 1e6:,.1f} MB), {shipped} of {len(m['layers'])} layers.")
+    print(f"Copy the folder, then on the receiver: invoke import-image {bundle.name}  (see its README.txt)")
+    for w in warnings:
+        print(f"warning: {w}", file=sys.stderr)
+
+
+def _check(ref: str, fingerprint_path: str) -> list[str]:
+    labels = (transfer.inspect_image(ref).get("Config") or {}).get("Labels") or {}
+    findings = transfer.check_target(labels, transfer.load_fingerprint(fingerprint_path))
+    for f in findings:
+        print(f"{f.severity}: {f.message}", file=sys.stderr)
+    if not findings:
+        print("The receiving machine's driver and GPUs suit this image.", file=sys.stderr)
+    return [f.message for f in findings if f.severity == "warning"]
+
+
+@task(
+    help={
+        "bundle": "the bundle folder (as copied from the sender)",
+        "to": "convert instead of loading into Docker: sif (Apptainer) or sqsh (enroot)",
+        "output": "with --to: the file to write (default: ./BUNDLE.sif or ./BUNDLE.sqsh)",
+    }
+)
+def import_image(c: Any, bundle: str, to: str | None = None, output: str | None = None) -> None:
+    """Verify a bundle chunk by chunk, then load it into Docker or convert it (--to sif|sqsh)."""
+    meter = _Meter()
+    try:
+        result = transfer.import_bundle(bundle, to=to, output=output, progress=meter)
+    finally:
+        meter.done()
+    rate = result.tar_bytes / 1e6 / max(result.seconds, 1e-6)
+    if result.output:
+        print(f"Wrote {result.output} from {result.image_id[:19]} in {result.seconds:.1f} s.")
+    else:
+        print(f"Loaded {result.image_id[:19]} ({', '.join(result.tags) or 'untagged'}) in "
+              f"{result.seconds:.1f} s, {rate:,.0f} MB/s; image ID matches the manifest.")
