@@ -9,7 +9,7 @@ HOST_TORCH ?= torch==2.13.0
 TARGET ?=
 TARGET_FLAG := $(if $(TARGET),--target $(TARGET),)
 
-.PHONY: all setup engine venv image kernels bench-quick test test-unit doctor shell render clean
+.PHONY: all setup engine venv image kernels bench-quick test test-unit bench-build devloop bench-transfer doctor shell render clean
 
 all: setup image kernels bench-quick  ## the main job: build the default image, test the kernels in it, quick bench
 
@@ -39,6 +39,15 @@ test: venv  ## the test suite (unit, Docker integration, native kernels; GPU tes
 
 test-unit: venv  ## only the tests that need neither Docker nor a GPU
 	$(BIN)/python -m pytest -m "not docker and not gpu"
+
+bench-build: venv  ## benchmarks/build.py: cold, unchanged and kernel-edit rebuilds
+	$(BIN)/python benchmarks/build.py $(if $(TARGET),--target $(TARGET),)
+
+devloop: venv  ## benchmarks/devloop.py: the edit-rebuild-check loop (native)
+	$(BIN)/python benchmarks/devloop.py
+
+bench-transfer: venv  ## benchmarks/transfer.py: export/import vs docker save (about 8 minutes)
+	$(BIN)/python benchmarks/transfer.py --repeat 3
 
 doctor: venv
 	$(INVOKE) doctor $(TARGET_FLAG)
