@@ -73,7 +73,9 @@ def to_markdown(report: Report) -> str:
         out += ["WARNING: the environments differ, so part of any change may be the machine, not the code:",
                 *[f"- {d}" for d in report.environment], ""]
     n = len(report.regressions)
-    out += [f"{n} significant regression{'s' if n != 1 else ''}." if n else "No significant regression.", ""]
+    out += [f"{n} significant regression{'s' if n != 1 else ''}." if n else "No significant regression.", "",
+            "A change counts when its 95% interval excludes 0 and new/old (slower) or old/new (faster) "
+            "exceeds 1 + threshold, where threshold = max(3%, 2x the noisier run's spread).", ""]
     out += ["| op | shape | dtype | impl | old | new | change [95% CI] | threshold | verdict |",
             "|---|---|---|---|---|---|---|---|---|"]
     for r in report.rows:

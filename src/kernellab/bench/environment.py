@@ -1,11 +1,12 @@
 """Everything a result depends on, stamped into results.json so two runs can be told apart.
 
-Inside a kernellab image the image's facts come from /etc/kernellab/ (spec.json, lock-sha256,
+Inside a kernellab image the image's facts come from /etc/kernellab/ (spec.json and lock.json,
 written at build time) and KERNELLAB_IMAGE_ID (set by the container runner); elsewhere the
 image is "native".
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -13,14 +14,9 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from .. import ROOT, envinfo, proc
+from .. import ROOT, envinfo, extensions, proc
 
 IMAGE_FACTS = Path("/etc/kernellab")
-
-
-def cache_dir() -> Path:
-    """$KERNELLAB_CACHE (/cache in containers), else ~/.cache/kernellab."""
-    return Path(os.environ.get("KERNELLAB_CACHE") or Path.home() / ".cache" / "kernellab")
 
 
 def collect(*, gpu: dict[str, Any] | None, root: Path = ROOT, facts: Path = IMAGE_FACTS) -> dict[str, Any]:
@@ -68,7 +64,8 @@ def gpu_facts(clock_facts: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def _arch_flags() -> dict[str, Any]:
-    flags: dict[str, Any] = {"TORCH_CUDA_ARCH_LIST": os.environ.get("TORCH_CUDA_ARCH_LIST")}
+    flags: dict[str, Any] = {"TORCH_CUDA_ARCH_LIST": os.environ.get("TORCH_CUDA_ARCH_LIST"),
+                             "nvcc_flags": list(extensions.CUDA_FLAGS), "cxx_flags": list(extensions.CXX_FLAGS)}
     try:
         import torch
     except ImportError:
@@ -79,19 +76,27 @@ def _arch_flags() -> dict[str, Any]:
 
 
 def image(facts: Path = IMAGE_FACTS) -> dict[str, Any] | str:
-    """The kernellab image's spec, lock hash and ID, or "native" outside one."""
-    spec_file, lock_file = facts / "spec.json", facts / "lock-sha256"
+    """The kernellab image's ID, lock hash and spec, or "native" outside one."""
+    spec_file, lock_file = facts / "spec.json", facts / "lock.json"
     image_id = os.environ.get("KERNELLAB_IMAGE_ID")
     if not spec_file.exists() and not image_id:
         return "native"
-    spec = None
-    if spec_file.exists():
-        try:
-            spec = json.loads(spec_file.read_text())
-        except ValueError:
-            spec = {"unreadable": str(spec_file)}
-    lock = lock_file.read_text().strip() if lock_file.exists() else None
-    return {"id": image_id, "lock_sha256": lock, "spec": spec}
+    return {"id": image_id, "lock_sha256": _lock_sha256(lock_file), "spec": _json(spec_file),
+            "nvcc_gencode": os.environ.get("KERNELLAB_NVCC_GENCODE")}
+
+
+def _json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _lock_sha256(lock_file: Path) -> str | None:
+    # The same digest as the image's kernellab.lock-sha256 label (images.lock_digest), computed
+    # here because importing kernellab.images needs packages an image need not have.
+    lock = _json(lock_file)
+    return hashlib.sha256(json.dumps(lock, sort_keys=True).encode()).hexdigest() if lock is not None else None
 
 
 def git_state(root: Path = ROOT) -> dict[str, Any]:

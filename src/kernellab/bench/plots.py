@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -32,10 +33,12 @@ def speedup(doc: dict[str, Any], path: Path) -> None:
     """Horizontal bars: each candidate at each shape against each baseline, with its 95% interval."""
     rows = [r for r in doc["rows"] if r.get("speedups")]
     bases = results.baseline_names(doc)
-    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.35 * max(1, len(rows)) * max(1, len(bases))))
+    fig, ax = plt.subplots(figsize=(10, max(3.0, 1.2 + 0.3 * len(rows) * max(1, len(bases)) ** 0.5)))
     height = 0.8 / max(1, len(bases))
     for j, base in enumerate(bases):
-        ys, values, errs = [], [], [[], []]
+        ys: list[float] = []
+        values: list[float] = []
+        errs: list[list[float]] = [[], []]  # below and above each bar
         for i, row in enumerate(rows):
             ratio = row["speedups"].get(base)
             if ratio:
@@ -45,6 +48,9 @@ def speedup(doc: dict[str, Any], path: Path) -> None:
                 errs[1].append(ratio["hi"] - ratio["value"])
         ax.barh(ys, values, height=height, xerr=errs, capsize=2, label=f"vs {base}")
     ax.axvline(1.0, color="black", linewidth=0.8)
+    # Speedups span 0.03x to 12x in one run: a log axis keeps 0.5x and 2x equally far from 1.
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda x, _: f"{x:g}x"))
     ax.set_yticks([i + 0.4 - height / 2 for i in range(len(rows))])
     ax.set_yticklabels([_label(r) for r in rows], fontsize=7)
     ax.invert_yaxis()
@@ -52,15 +58,16 @@ def speedup(doc: dict[str, Any], path: Path) -> None:
     ax.set_title(f"kernellab bench {doc['run']}" + ("" if rows else ": no candidate was timed"))
     if bases:
         ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
 
 
 def roofline(doc: dict[str, Any], path: Path) -> None:
     """Log-log TFLOP/s against FLOPs per byte, under the measured copy and GEMM roofs."""
-    rows = [r for r in doc["rows"] if r.get("tflops") and r.get("bytes")]
     peaks = doc.get("peaks")
+    # Under GPU roofs, CPU-timed rows (a CPU op in a GPU run) would only mislead.
+    rows = [r for r in doc["rows"] if r.get("tflops") and r.get("bytes")
+            and (not peaks or r.get("timer") == "cuda-events")]
     fig, ax = plt.subplots(figsize=(8, 5.5))
     intensities = [r["flops"] / r["bytes"] for r in rows] or [1.0]
     lo, hi = min(intensities + [0.1]) / 2, max(intensities + [1000.0]) * 2
@@ -88,6 +95,5 @@ def roofline(doc: dict[str, Any], path: Path) -> None:
     ax.set_title(f"roofline, {gpu}" + ("" if peaks else " (no measured peaks: CPU run)"))
     ax.legend(fontsize=7, loc="lower right")
     ax.grid(True, which="both", linewidth=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)

@@ -62,8 +62,11 @@ def fmt_time(ms: float | None) -> str:
     return f"{ms / 1e3:.3f} s"
 
 
-def _num(x: float | None, digits: int = 1) -> str:
-    return "" if x is None else f"{x:.{digits}f}"
+def _num(x: float | None) -> str:
+    """Three significant digits, no exponent above 100: 3010, 95.3, 0.0123."""
+    if x is None:
+        return ""
+    return f"{x:.0f}" if abs(x) >= 100 else f"{x:.3g}"
 
 
 def baseline_names(doc: dict[str, Any]) -> list[str]:
@@ -89,6 +92,8 @@ def notes(row: dict[str, Any]) -> str:
         out.append(f"{row['status']}: {row.get('reason', '')}".rstrip(": "))
     if row.get("suspect"):
         out.append("SUSPECT: " + "; ".join(row["suspect"]))
+    if row.get("host_ms") and row.get("stats") and row["host_ms"] > row["stats"]["median"]:
+        out.append(f"CPU-bound: {fmt_time(row['host_ms'])} host time per call")
     if row.get("graph_ms") is not None:
         out.append(f"CUDA graph {fmt_time(row['graph_ms'])}")
     if row.get("stop_reason") == "timeout":
@@ -101,7 +106,7 @@ def notes(row: dict[str, Any]) -> str:
 
 CSV_FIELDS = ["op", "shape", "dtype", "impl", "role", "status", "timer", "median_ms", "q1_ms", "q3_ms",
               "iqr_ms", "mean_ms", "stdev_ms", "min_ms", "n", "stop_reason", "graph_ms", "gbps", "tflops",
-              "pct_peak", "bound", "first_call_ms", "suspect", "reason"]
+              "pct_peak", "bound", "first_call_ms", "host_ms", "suspect", "reason"]
 
 
 def to_csv(doc: dict[str, Any]) -> str:
@@ -119,7 +124,7 @@ def to_csv(doc: dict[str, Any]) -> str:
             "mean_ms": s.get("mean"), "stdev_ms": s.get("stdev"), "min_ms": s.get("min"), "n": s.get("n"),
             "stop_reason": row.get("stop_reason"), "graph_ms": row.get("graph_ms"), "gbps": row.get("gbps"),
             "tflops": row.get("tflops"), "pct_peak": row.get("pct_peak"), "bound": row.get("bound"),
-            "first_call_ms": row.get("first_call_ms"), "suspect": "; ".join(row.get("suspect") or []),
+            "first_call_ms": row.get("first_call_ms"), "host_ms": row.get("host_ms"), "suspect": "; ".join(row.get("suspect") or []),
             "reason": row.get("reason", ""),
         }
         for name, ratio in (row.get("speedups") or {}).items():
@@ -158,15 +163,17 @@ def header(doc: dict[str, Any]) -> list[str]:
     peaks = doc.get("peaks")
     if peaks:
         gemm = ", ".join(f"{k} {v:.0f}" for k, v in peaks["gemm_tflops"].items())
+        sizes = "/".join(f"{n}^3" for n in peaks.get("gemm_sizes", []))
         lines.append(f"- Measured peaks: copy {peaks['copy_gbps']:.0f} GB/s (read+write); cuBLAS GEMM "
-                     f"{peaks['gemm_n']}^3 TFLOP/s: {gemm}")
+                     f"(best of {sizes}) TFLOP/s: {gemm}")
         sheet = doc.get("datasheet")
         if sheet:
             lines.append(f"- Datasheet: {sheet['memory_gbps']} GB/s, fp16 {sheet['fp16_tflops']}, "
                          f"fp32 {sheet['fp32_tflops']} TFLOP/s ({sheet['source']})")
     s = doc["settings"]
     lines.append(f"- Timing: {doc['timer']}; one untimed call first; "
-                 + ("L2 flushed (2x its size) before every sample; " if doc["timer"] == "cuda-events" else "")
+                 + ("L2 flushed (2x its size) before every sample, then the stream held until the call is "
+                    "queued (host launch overhead excluded); " if doc["timer"] == "cuda-events" else "")
                  + f"candidates and baselines interleaved; stop at >= {s['min_samples']} samples and "
                    f">= {s['min_time_s']} s with stdev < {s['max_rel_stdev']:.0%} of mean or a noise plateau, "
                    f"or {s['timeout_s']} s per function{' (quick run)' if doc.get('quick') else ''}")
@@ -187,8 +194,8 @@ def to_markdown(doc: dict[str, Any]) -> str:
         speedups = row.get("speedups") or {}
         cells = [row["op"], shape_label(row["shape"]), row["dtype"],
                  row["impl"] + (" (baseline)" if row["role"] == "baseline" else ""),
-                 fmt_time(s.get("median")), fmt_time(s.get("iqr")), _num(row.get("gbps"), 0),
-                 _num(row.get("tflops"), 2), _num(row.get("pct_peak"), 0),
+                 fmt_time(s.get("median")), fmt_time(s.get("iqr")), _num(row.get("gbps")),
+                 _num(row.get("tflops")), _num(row.get("pct_peak")),
                  *[_speedup_cell(speedups.get(b)) for b in bases], notes(row)]
         out.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
     if doc.get("warnings"):

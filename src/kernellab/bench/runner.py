@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Callable
 
-from .. import ROOT
+from .. import ROOT, extensions
 from ..errors import BenchError
 from . import clocks, environment, lock, results, roofline, stats, timing
 
@@ -61,20 +61,12 @@ def run(options: Options, *, catalog: Any = None, log: IO[str] | None = None) ->
         raise BenchError(f"no op matches -k {options.select!r}; the ops are the folders under kernels/.")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     settings = timing.QUICK if options.quick else timing.DEFAULT
-    probe, probe_why = None, ""
-    gpu = None
-    if device == "cuda":
-        uuid = str(getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "uuid", "") or "")
-        probe, probe_why = clocks.open_probe(uuid) if uuid else (None, "torch reports no GPU UUID")
-        gpu = environment.gpu_facts(probe.facts() if probe else None)
-    env = environment.collect(gpu=gpu)
-    env["clock_source"] = probe.source if probe else f"none ({probe_why})" if gpu else None
-    if gpu:
-        env["clock_lock"] = clocks.clock_lock((gpu.get("clocks") or {}))
+    env, probe = describe(torch)
+    gpu = env["gpu"]
     started = dt.datetime.now(dt.timezone.utc)
     name = options.out.name if options.out else _run_name(started, gpu)
     folder = options.out or ROOT / "results" / name
-    cache = environment.cache_dir()
+    cache = extensions.cache_root()
     key = (gpu or {}).get("uuid") or f"cpu-{env['host']}"
     doc: dict[str, Any] = {
         "schema": results.SCHEMA, "run": name, "started": started.isoformat(timespec="seconds"),
@@ -108,6 +100,18 @@ def run(options: Options, *, catalog: Any = None, log: IO[str] | None = None) ->
         doc["warnings"].append(f"no plots: {e.name} is not installed")
         results.write(folder, doc)
     return doc, folder
+
+
+def describe(torch: Any) -> tuple[dict[str, Any], clocks.Probe | None]:
+    """The environment stamp, and the clock reader of the GPU (None without a GPU or a reader)."""
+    if not torch.cuda.is_available():
+        return environment.collect(gpu=None), None
+    uuid = str(getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "uuid", "") or "")
+    probe, why = clocks.open_probe(uuid) if uuid else (None, "torch reports no GPU UUID")
+    env = environment.collect(gpu=environment.gpu_facts(probe.facts() if probe else None))
+    env["clock_source"] = probe.source if probe else f"none ({why})"
+    env["clock_lock"] = clocks.clock_lock(env["gpu"].get("clocks") or {})
+    return env, probe
 
 
 def bench_op(spec: Any, catalog: Any, ctx: Context) -> list[dict[str, Any]]:
@@ -152,8 +156,11 @@ def bench_case(spec: Any, module: Any, shape: dict[str, int], dtype: str, ctx: C
     rows: dict[str, dict[str, Any]] = {}
     fns: dict[str, timing.Fn] = {}
     for name, role, fn in impls:
+        t0 = time.perf_counter()
         status, reason = check(fn, inputs, expected, atol=atol, rtol=rtol)
         rows[name] = _row(spec, shape, dtype, name, role, status, reason)
+        # The check is the very first call: JIT and torch.compile time show here, not in samples.
+        rows[name]["first_call_ms"] = (time.perf_counter() - t0) * 1e3
         if status == "ok":
             fns[name] = (lambda f: lambda: f(*inputs))(fn)
     if not fns:
@@ -171,17 +178,19 @@ def bench_case(spec: Any, module: Any, shape: dict[str, int], dtype: str, ctx: C
         summary = m.summary
         rows[name].update(
             timer=m.timer, samples_ms=m.samples_ms, stats=summary.to_dict(), stop_reason=m.stop_reason,
-            first_call_ms=m.first_call_ms, graph_ms=m.graph_ms, graph_note=m.graph_note,
+            warmup_ms=m.first_call_ms, host_ms=m.host_ms, graph_ms=m.graph_ms, graph_note=m.graph_note,
             bytes=nbytes, flops=flops, clocks=window,
             **roofline.metrics(nbytes, flops, summary.median, dtype, ctx.peaks if device != "cpu" else None),
         )
     baselines = [n for n, role, _ in impls if role == "baseline" and n in measured]
     for name, role, _ in impls:
-        if role != "candidate" or name not in measured:
+        if name not in measured:
             continue
-        speedups = {b: stats.ratio_of_medians(measured[b].samples_ms, measured[name].samples_ms)
-                    for b in baselines}
-        rows[name]["speedups"] = {b: r.to_dict() for b, r in speedups.items()}
+        speedups = {}
+        if role == "candidate":
+            speedups = {b: stats.ratio_of_medians(measured[b].samples_ms, measured[name].samples_ms)
+                        for b in baselines}
+            rows[name]["speedups"] = {b: r.to_dict() for b, r in speedups.items()}
         rows[name]["suspect"] = roofline.suspicions(rows[name].get("pct_peak"),
                                                     {b: r.value for b, r in speedups.items()})
     return list(rows.values())
@@ -191,14 +200,15 @@ def check(fn: Callable[..., Any], inputs: tuple, expected: Any, *, atol: float, 
     """("ok", "") if fn(*inputs) matches expected and leaves its inputs untouched, else why not."""
     import torch
 
-    before = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+    # Run on copies, so an implementation that writes into its inputs cannot spoil the others' check.
+    work = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
     try:
-        out = fn(*inputs)
-        if any(isinstance(x, torch.Tensor) and x.is_cuda for x in inputs):
+        out = fn(*work)
+        if any(isinstance(x, torch.Tensor) and x.is_cuda for x in work):
             torch.cuda.synchronize()
     except Exception as e:  # noqa: BLE001 - an implementation that raises gets a row saying so
         return "error", _oneline(e)
-    for i, (a, b) in enumerate(zip(before, inputs)):
+    for i, (a, b) in enumerate(zip(inputs, work)):
         if isinstance(a, torch.Tensor) and not torch.equal(a, b):
             return "wrong", f"input {i} was modified"
     try:

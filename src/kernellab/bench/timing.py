@@ -1,7 +1,12 @@
 """The timing engine: one function, `measure`, with defaults worth trusting.
 
 On a GPU every sample is bracketed by CUDA events on the current stream, after a flush of L2
-(writing a buffer twice the device's L2 size), so each sample starts cold. Functions measured
+(writing a buffer twice the device's L2 size), so each sample starts cold. Between the flush
+and the start event a spin kernel holds the stream for about twice the function's host-side
+launch time (measured per function): the GPU reaches the start event only once the whole call
+is queued, so Python and dispatcher overhead (torch.compile guards, Triton launchers, the
+many launches of an unfused baseline) stay out of the GPU time. That host time is reported
+per function (`host_ms`) instead, so a CPU-bound function is still visible. Functions measured
 together are interleaved (A B, B A, ...) so clock drift and thermal changes hit all of them
 alike. Without a GPU the same loop runs on `time.perf_counter` and says so in `timer`.
 
@@ -18,6 +23,12 @@ from typing import Any, Callable, Mapping
 from . import stats
 
 Fn = Callable[[], Any]
+
+#: Spin-kernel sizing: cycles used to calibrate torch.cuda._sleep, slack on top of twice the
+#: host launch time, and a cap for functions whose host time is not launch overhead (a sync inside).
+SPIN_PROBE_CYCLES = 1_000_000
+SPIN_MARGIN_MS = 0.01
+MAX_SPIN_MS = 2.0
 
 
 @dataclass(frozen=True)
@@ -52,6 +63,7 @@ class Measurement:
     first_call_ms: float            # the untimed first call (compilation, lazy loading), wall clock
     samples_ms: list[float] = field(default_factory=list)
     stop_reason: str = ""           # "converged", "plateau" or "timeout"
+    host_ms: float | None = None    # host time to launch one call (GPU only): over the GPU time = CPU-bound
     graph_ms: float | None = None   # per call, CUDA-graph replay, L2 flushed (tiny kernels only)
     graph_note: str = ""
 
@@ -66,8 +78,10 @@ class Measurement:
 
 def measure(fns: Mapping[str, Fn], settings: Settings = DEFAULT, *, device: str = "cuda") -> dict[str, Measurement]:
     """Time each function (no arguments) interleaved with the others; return raw samples per name."""
-    timer = _CudaTimer(settings) if device.startswith("cuda") else _CpuTimer()
+    timer: _Timer = _CudaTimer(settings) if device.startswith("cuda") else _CpuTimer()
     results = {name: Measurement(name, timer.label, timer.first_call(fn)) for name, fn in fns.items()}
+    for name, fn in fns.items():
+        results[name].host_ms = timer.prepare(name, fn)
     running = {name: stats.Running() for name in fns}
     noise: dict[str, list[float]] = {name: [] for name in fns}
     active = list(fns)
@@ -87,11 +101,11 @@ def measure(fns: Mapping[str, Fn], settings: Settings = DEFAULT, *, device: str 
                 results[name].stop_reason = reason
                 active.remove(name)
         # Size the next round so that it lasts about round_s: few syncs, yet timely stop checks.
-        per_sample_ms = sum(running[n].total / running[n].n + timer.overhead_ms for n in active)
+        per_sample_ms = sum(running[n].total / running[n].n + timer.overhead_ms(n) for n in active)
         if per_sample_ms > 0:
             count = max(1, min(2000, int(settings.round_s * 1e3 / per_sample_ms)))
     for result in results.values():
-        if result.timer == "cuda-events" and result.median_ms < settings.graph_below_ms:
+        if isinstance(timer, _CudaTimer) and result.median_ms < settings.graph_below_ms:
             result.graph_ms, result.graph_note = timer.graph_ms(fns[result.name], settings)
     return results
 
@@ -115,13 +129,20 @@ class _Timer:
     """Interleaves functions sample by sample, reversing the order every pass (A B, B A, ...)."""
 
     label = ""
-    overhead_ms = 0.0   # per-sample cost outside the timed region (the L2 flush)
     _flip = False
 
     def sync(self) -> None:
         pass
 
-    def sample(self, fn: Fn) -> Any:
+    def prepare(self, name: str, fn: Fn) -> float | None:
+        """Get ready to sample fn (after its first call); may return its host launch time."""
+        return None
+
+    def overhead_ms(self, name: str) -> float:
+        """GPU time spent per sample outside the timed region (flush, spin)."""
+        return 0.0
+
+    def sample(self, name: str, fn: Fn) -> Any:
         raise NotImplementedError
 
     def resolve(self, marks: list[Any]) -> list[float]:
@@ -140,7 +161,7 @@ class _Timer:
         for _ in range(count):
             for name, fn in order[::-1] if self._flip else order:
                 names.append(name)
-                marks.append(self.sample(fn))
+                marks.append(self.sample(name, fn))
             self._flip = not self._flip
         out: dict[str, list[float]] = {name: [] for name, _ in order}
         for name, ms in zip(names, self.resolve(marks)):
@@ -151,10 +172,10 @@ class _Timer:
 class _CpuTimer(_Timer):
     label = "cpu-perf-counter"
 
-    def sample(self, fn: Fn) -> float:
+    def sample(self, name: str, fn: Fn) -> float:
         t0 = time.perf_counter()
         fn()
-        return (time.perf_counter() - t0) * 1e3
+        return round((time.perf_counter() - t0) * 1e3, 6)
 
     def resolve(self, marks: list[Any]) -> list[float]:
         return marks
@@ -171,7 +192,14 @@ class _CudaTimer(_Timer):
         # Older torch builds do not expose L2_cache_size; 128 MiB covers every GPU made so far.
         l2 = getattr(props, "L2_cache_size", 0) or 128 << 20
         self.cache = torch.empty(int(settings.flush_factor * l2), dtype=torch.int8, device="cuda")
-        self.overhead_ms = self._time_flush()
+        self.flush_ms = self._time_gpu(self.flush)
+        # torch.cuda._sleep is private; without it samples are still right when launches are cheap.
+        self.spin: Callable[[int], None] | None = getattr(torch.cuda, "_sleep", None)
+        self.cycles_per_ms = 0.0
+        if self.spin is not None:
+            spin = self.spin
+            self.cycles_per_ms = SPIN_PROBE_CYCLES / self._time_gpu(lambda: spin(SPIN_PROBE_CYCLES))
+        self.spin_ms: dict[str, float] = {}
 
     def flush(self) -> None:
         self.cache.zero_()
@@ -179,10 +207,30 @@ class _CudaTimer(_Timer):
     def sync(self) -> None:
         self.torch.cuda.synchronize()
 
-    def sample(self, fn: Fn) -> Any:
+    def prepare(self, name: str, fn: Fn) -> float:
+        """Measure fn's host launch time; size its spin so the GPU waits until the call is queued."""
+        host = []
+        for _ in range(3):
+            self.sync()
+            t0 = time.perf_counter()
+            fn()
+            host.append((time.perf_counter() - t0) * 1e3)
+        self.sync()
+        host_ms = sorted(host)[1]
+        # The flush already holds the GPU for flush_ms; spin for the rest of 2x the launch time.
+        self.spin_ms[name] = min(MAX_SPIN_MS, max(0.0, 2 * host_ms + SPIN_MARGIN_MS - self.flush_ms))
+        return host_ms
+
+    def overhead_ms(self, name: str) -> float:
+        return self.flush_ms + self.spin_ms.get(name, 0.0)
+
+    def sample(self, name: str, fn: Fn) -> Any:
         start = self.torch.cuda.Event(enable_timing=True)
         end = self.torch.cuda.Event(enable_timing=True)
         self.flush()
+        spin_cycles = int(self.spin_ms.get(name, 0.0) * self.cycles_per_ms)
+        if spin_cycles > 0 and self.spin is not None:
+            self.spin(spin_cycles)
         start.record()
         fn()
         end.record()
@@ -191,18 +239,18 @@ class _CudaTimer(_Timer):
     def resolve(self, marks: list[Any]) -> list[float]:
         # One synchronisation per round: the CPU stays ahead of the GPU while samples are taken.
         self.sync()
-        return [start.elapsed_time(end) for start, end in marks]
+        return [round(start.elapsed_time(end), 6) for start, end in marks]  # events resolve ~0.5 us
 
-    def _time_flush(self) -> float:
+    def _time_gpu(self, work: Fn, repeat: int = 5) -> float:
         Event = self.torch.cuda.Event
         start, end = Event(enable_timing=True), Event(enable_timing=True)
-        self.flush()
+        work()
         start.record()
-        for _ in range(5):
-            self.flush()
+        for _ in range(repeat):
+            work()
         end.record()
         self.torch.cuda.synchronize()
-        return start.elapsed_time(end) / 5
+        return start.elapsed_time(end) / repeat
 
     def graph_ms(self, fn: Fn, s: Settings) -> tuple[float | None, str]:
         """Per-call time of a graph replaying [flush, fn] x N, minus a graph of [flush] x N.

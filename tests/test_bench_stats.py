@@ -1,0 +1,129 @@
+"""Pure statistics of the bench engine: summaries, stopping signals, intervals, verdicts."""
+from __future__ import annotations
+
+import math
+import random
+import statistics
+
+import numpy as np
+import pytest
+
+from kernellab.bench import stats
+
+
+def test_summary_matches_numpy_on_known_samples() -> None:
+    xs = [5.0, 1.0, 4.0, 2.0, 3.0, 100.0]
+    s = stats.summarize(xs)
+    assert s.n == 6 and s.min == 1.0 and s.max == 100.0
+    assert s.median == pytest.approx(np.median(xs))
+    assert s.q1 == pytest.approx(np.quantile(xs, 0.25))
+    assert s.q3 == pytest.approx(np.quantile(xs, 0.75))
+    assert s.iqr == pytest.approx(s.q3 - s.q1)
+    assert s.mean == pytest.approx(np.mean(xs))
+    assert s.stdev == pytest.approx(np.std(xs, ddof=1))
+    assert s.rel_stdev == pytest.approx(s.stdev / s.mean)
+
+
+def test_summary_of_one_sample_has_zero_spread_and_none_is_an_error() -> None:
+    s = stats.summarize([2.5])
+    assert (s.median, s.iqr, s.stdev) == (2.5, 0.0, 0.0)
+    with pytest.raises(ValueError):
+        stats.summarize([])
+
+
+def test_running_noise_equals_batch_stdev_over_mean() -> None:
+    rng = random.Random(1)
+    xs = [rng.gauss(10.0, 0.3) for _ in range(500)]
+    run = stats.Running()
+    assert math.isinf(run.rel_stdev)
+    for x in xs:
+        run.add(x)
+    assert run.n == 500 and run.total == pytest.approx(sum(xs))
+    assert run.rel_stdev == pytest.approx(statistics.stdev(xs) / statistics.fmean(xs), rel=1e-9)
+
+
+def test_robust_noise_ignores_one_outlier_that_stdev_does_not() -> None:
+    xs = [1.0 + 0.001 * (i % 10) for i in range(100)] + [50.0]
+    assert stats.robust_noise(xs) < 0.01
+    assert stats.summarize(xs).rel_stdev > 1.0
+
+
+@pytest.mark.parametrize("history, expected", [
+    ([0.05, 0.03, 0.021, 0.0205, 0.0202, 0.0201], True),   # settled near 2%
+    ([0.05, 0.04, 0.03, 0.02], False),                     # still falling
+    ([0.02, 0.02, 0.02], False),                           # too few checks
+    ([math.inf, 0.02, 0.02, 0.02], False),                 # undefined noise in the window
+])
+def test_plateau(history: list[float], expected: bool) -> None:
+    assert stats.plateaued(history) is expected
+
+
+def test_ratio_of_medians_interval_covers_the_truth_and_is_reproducible() -> None:
+    rng = random.Random(7)
+    slow = [rng.gauss(2.0, 0.04) for _ in range(200)]
+    fast = [rng.gauss(1.0, 0.02) for _ in range(200)]
+    r = stats.ratio_of_medians(slow, fast)
+    assert r.lo < 2.0 < r.hi
+    assert r.lo < r.value < r.hi
+    assert r.hi - r.lo < 0.05
+    assert stats.ratio_of_medians(slow, fast) == r
+
+
+def test_ratio_interval_narrows_with_more_samples() -> None:
+    rng = random.Random(3)
+    few = stats.ratio_of_medians([rng.gauss(1, 0.05) for _ in range(20)], [rng.gauss(1, 0.05) for _ in range(20)])
+    many = stats.ratio_of_medians([rng.gauss(1, 0.05) for _ in range(2000)], [rng.gauss(1, 0.05) for _ in range(2000)])
+    assert (many.hi - many.lo) < (few.hi - few.lo) / 3
+
+
+def _samples(center: float, spread: float, n: int = 200, seed: int = 0) -> list[float]:
+    rng = random.Random(seed)
+    return [rng.gauss(center, spread * center) for _ in range(n)]
+
+
+def test_a_clear_slowdown_is_a_regression() -> None:
+    v = stats.compare_samples(_samples(1.0, 0.005), _samples(1.10, 0.005, seed=1))
+    assert v.verdict == "slower"
+    assert v.change == pytest.approx(0.10, abs=0.01)
+    assert v.threshold == pytest.approx(stats.MIN_EFFECT)
+
+
+def test_a_small_but_certain_slowdown_is_not_a_regression() -> None:
+    # 2% is resolved by the interval but stays under the 3% floor.
+    v = stats.compare_samples(_samples(1.0, 0.002, 2000), _samples(1.02, 0.002, 2000, seed=1))
+    assert v.ratio.lo > 1.0
+    assert v.verdict == "same"
+
+
+def test_noise_raises_the_bar() -> None:
+    # 6% slower, but either run alone spreads ~5%: the threshold is 2x noise, ~10%.
+    v = stats.compare_samples(_samples(1.0, 0.05, 2000), _samples(1.06, 0.05, 2000, seed=1))
+    assert v.threshold > 0.08
+    assert v.verdict == "same"
+
+
+def test_a_clear_speedup_is_faster_and_identical_runs_are_same() -> None:
+    assert stats.compare_samples(_samples(1.0, 0.01), _samples(0.8, 0.01, seed=1)).verdict == "faster"
+    xs = _samples(1.0, 0.01)
+    assert stats.compare_samples(xs, list(xs)).verdict == "same"
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 50, 51])
+def test_exact_bootstrap_medians_match_brute_force_resampling(n: int) -> None:
+    rng = np.random.default_rng(5)
+    xs = rng.lognormal(0.0, 0.3, size=n)
+    fast = stats._boot_medians(xs, 40_000, np.random.default_rng(1))
+    brute = np.median(xs[rng.integers(0, n, size=(40_000, n))], axis=1)
+    # Same distribution: the CDFs agree at every value the brute-force medians take.
+    for v in np.quantile(brute, [0.025, 0.1, 0.25, 0.5, 0.75, 0.9, 0.975]):
+        assert np.mean(fast <= v) == pytest.approx(np.mean(brute <= v), abs=0.015)
+
+
+def test_bootstrap_cost_does_not_grow_with_samples() -> None:
+    import time
+
+    big = list(np.random.default_rng(0).normal(1.0, 0.01, size=200_000))
+    t0 = time.perf_counter()
+    r = stats.ratio_of_medians(big, big)
+    assert time.perf_counter() - t0 < 2.0
+    assert r.lo < 1.0 < r.hi and r.hi - r.lo < 0.001
