@@ -6,7 +6,9 @@
 set -uo pipefail
 out=${OUT:-gpu-host-logs}; mkdir -p "$out"
 steps=${*:-doctor shell test native bench}
-export PYTHONUNBUFFERED=1 KERNELLAB_CACHE=/tmp/klcache
+# KERNELLAB_REQUIRE_GPU: a GPU test that cannot find the GPU fails here instead of skipping
+# (kernellab passes KERNELLAB_* variables into its containers).
+export PYTHONUNBUFFERED=1 KERNELLAB_CACHE=/tmp/klcache KERNELLAB_REQUIRE_GPU=1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD/src
 t0=$(date +%s)
@@ -39,7 +41,9 @@ for step in $steps; do
               2>&1 | tee "$out/shell.txt" || rc=1 ;;
     test)   inv test --target gpuhost --gpu-mode devices 2>&1 | tee "$out/test-container.txt" | tail -n 25; [ "${PIPESTATUS[0]}" = 0 ] || rc=1 ;;
     native) inv test --native 2>&1 | tee "$out/test-native.txt" | tail -n 25; [ "${PIPESTATUS[0]}" = 0 ] || rc=1 ;;
-    bench)  inv bench --target gpuhost --gpu-mode devices --quick 2>&1 | tee "$out/bench.txt" | tail -n 40 || rc=1 ;;
+    bench)  inv bench --target gpuhost --quick --out results/gpuhost-quick 2>&1 | tee "$out/bench.txt" | tail -n 60
+            [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+            cp results/gpuhost-quick/summary.md "$out/bench-summary.md" 2>/dev/null ;;
   esac
 done
 exit $rc
