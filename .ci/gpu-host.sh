@@ -39,8 +39,12 @@ for step in $steps; do
             inv shell --target gpuhost --gpu-mode devices \
               --cmd "python -c 'import torch, os; print(torch.cuda.get_device_name(0), torch.__version__, os.getuid())'" \
               2>&1 | tee "$out/shell.txt" || rc=1 ;;
-    test)   inv test --target gpuhost --gpu-mode devices 2>&1 | tee "$out/test-container.txt" | tail -n 25; [ "${PIPESTATUS[0]}" = 0 ] || rc=1 ;;
-    native) inv test --native 2>&1 | tee "$out/test-native.txt" | tail -n 25; [ "${PIPESTATUS[0]}" = 0 ] || rc=1 ;;
+    test)   inv test --target gpuhost --gpu-mode devices 2>&1 | tee "$out/test-container.txt" | tail -n 8
+            if [ "${PIPESTATUS[0]}" != 0 ]; then
+              rc=1; log=$(ls /tmp/klcache/torch_extensions/*/build.log 2>/dev/null | head -n 1)
+              [ -n "$log" ] && { cp "$log" "$out/build-failure.log"; grep -iE "error|fatal" "$log" | head -n 10; }
+            fi ;;
+    native) inv test --native 2>&1 | tee "$out/test-native.txt" | tail -n 8; [ "${PIPESTATUS[0]}" = 0 ] || rc=1 ;;
     bench)  inv bench --target gpuhost --quick --out results/gpuhost-quick 2>&1 | tee "$out/bench.txt" | tail -n 60
             [ "${PIPESTATUS[0]}" = 0 ] || rc=1
             cp results/gpuhost-quick/summary.md "$out/bench-summary.md" 2>/dev/null ;;
