@@ -1,7 +1,16 @@
 """kernellab: reproducible Docker environments for GPU kernel research."""
+import os
 from pathlib import Path
 
 __version__ = "0.1.0"
 
 #: The repository root (the folder holding docker/, kernels/ and tasks.py).
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def cache_root() -> Path:
+    """The persistent cache (torch extensions, ccache, triton, pip, bench calibration).
+
+    $KERNELLAB_CACHE, else ~/.cache/kernellab; in kernellab containers it is /cache, a host folder.
+    """
+    return Path(os.environ.get("KERNELLAB_CACHE") or Path.home() / ".cache" / "kernellab").expanduser()

@@ -11,18 +11,13 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from . import ROOT, gpu, images, proc
+from . import ROOT, cache_root, gpu, images, proc
 from .errors import DockerError, KernellabError
 
 WORKSPACE = "/workspace"
 CACHE = "/cache"
 #: Persistent caches (torch extensions, ccache, triton, pip) survive containers here.
 CACHE_SUBDIRS = ("torch_extensions", "ccache", "triton", "pip", "home")
-
-
-def cache_dir() -> Path:
-    """The host folder mounted at /cache (KERNELLAB_CACHE, default ~/.cache/kernellab)."""
-    return Path(os.environ.get("KERNELLAB_CACHE") or Path.home() / ".cache" / "kernellab").expanduser()
 
 
 def caller_ids() -> tuple[int, int]:
@@ -76,7 +71,7 @@ def run_argv(
 ) -> list[str]:
     """The `docker run` command line for one container (pure apart from reading the image's env)."""
     uid, gid = user or caller_ids()
-    cache = cache or cache_dir()
+    cache = cache or cache_root()
     argv = ["docker", "run", "--rm", "--init", "--shm-size", "8g", "--user", f"{uid}:{gid}",
             "-v", f"{repo.resolve()}:{WORKSPACE}", "-v", f"{cache.resolve()}:{CACHE}", "-w", WORKSPACE]
     if interactive:
@@ -120,7 +115,7 @@ def run(image: str, command: Sequence[str] = (), *, gpu: bool | str = True, inte
     if isinstance(gpu, str) and gpu not in gpu_mode_names():
         raise KernellabError(f"unknown GPU mode `{gpu}`; use one of {', '.join(gpu_mode_names())}.")
     uid, gid = user or caller_ids()
-    cache = cache_dir()
+    cache = cache_root()
     _prepare_cache(cache, uid, gid)
     argv = run_argv(image, command, interactive=interactive, gpu_mode=mode, user=(uid, gid), cache=cache,
                     env=env, network=network, repo=repo)

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from . import ROOT, proc
+from . import ROOT, cache_root, proc
 from .errors import ExtensionError
 
 #: nvcc flags: -lineinfo maps SASS back to source lines (profilers, compute-sanitizer);
@@ -55,11 +55,6 @@ class Build:
     seconds: float
     compiled: bool  # False when ninja found everything up to date
     resources: tuple[KernelResources, ...]
-
-
-def cache_root() -> Path:
-    """The persistent cache: $KERNELLAB_CACHE, else ~/.cache/kernellab."""
-    return Path(os.environ.get("KERNELLAB_CACHE") or Path.home() / ".cache" / "kernellab")
 
 
 def arch_list() -> str:
