@@ -22,7 +22,7 @@ def _gpu(gpu_mode):
             "gpu_mode": GPU_MODE_HELP, "cmd": "a command to run instead of an interactive shell"})
 def shell(c, target=None, image=None, gpu_mode=None, cmd=None):
     """Open a shell (or run --cmd) in a target's container: repo at /workspace, your UID, the GPU."""
-    ref = image or images.image_for_target(target)
+    ref = image or images.image_for_target(target or c.config.get("kernellab", {}).get("target"))
     argv = shlex.split(cmd) if cmd else ["bash"]
     code = containers.run(ref, argv, gpu=_gpu(gpu_mode), interactive=cmd is None)
     if code:
@@ -39,7 +39,7 @@ def test(c, target=None, image=None, k=None, native=False, gpu_mode=None, suite=
     if native:
         code = proc.call([sys.executable, *args], cwd=ROOT)
     else:
-        ref = image or images.image_for_target(target)
+        ref = image or images.image_for_target(target or c.config.get("kernellab", {}).get("target"))
         code = containers.run(ref, ["python", *args], gpu=_gpu(gpu_mode))
     if code:
         raise Exit(code=code)

@@ -30,10 +30,11 @@ BUILD_HELP = {
 }
 
 
-def _spec(target, cuda, gpu, torch, python, llvm, gcc, ubuntu, toolkit, base_image):
+def _spec(target, cuda, gpu, torch, python, llvm, gcc, ubuntu, toolkit, base_image, configured=None):
     flags = dict(cuda=cuda, gpu=gpu, torch=torch, python=python, llvm=llvm, gcc=gcc, ubuntu=ubuntu, toolkit=toolkit)
     if not any(v for v in flags.values()) and not base_image:
-        target = target or images.default_target()
+        # No versions asked for: the named target, else invoke.yaml's kernellab.target, else this machine's.
+        target = target or configured or images.default_target()
     return images.resolve_request(target=target, base_image=base_image, **flags)
 
 
@@ -42,7 +43,8 @@ def build_image(c, target=None, cuda=None, gpu=None, torch=None, python=None, ll
                 toolkit=None, base_image=None, dry_run=False, locked=False, ca_cert=None, no_host_certs=False,
                 wheelhouse=None, no_cache=False):
     """Resolve, validate and build a pinned image (tags it only on success)."""
-    spec = _spec(target, cuda, gpu, torch, python, llvm, gcc, ubuntu, toolkit, base_image)
+    spec = _spec(target, cuda, gpu, torch, python, llvm, gcc, ubuntu, toolkit, base_image,
+                 configured=c.config.get("kernellab", {}).get("target"))
     print("resolved:\n" + spec.summary())
     if dry_run:
         print("\n" + render.dockerfile(spec, targets.load(), locked=locked))
