@@ -140,3 +140,29 @@ def test_unreachable_torch_index_is_dropped_with_a_note(monkeypatch):
     assert index == "" and "unreachable" in note
     monkeypatch.setenv("KERNELLAB_TORCH_INDEX", "https://mirror/{variant}")
     assert images.torch_index_for_builds(m) == ("https://mirror/{variant}", "")
+
+
+def test_trusted_hosts_are_one_line_with_the_local_server(tmp_path):
+    cfg = network.PipConfig({"trusted-host": ["pypi.corp"], "find-links": [str(tmp_path)]})
+    with network.build_pip_conf(cfg) as conf:
+        lines = [ln for ln in conf.read_text().splitlines() if ln.startswith("trusted-host")]
+    assert lines == ["trusted-host = pypi.corp 127.0.0.1"]
+
+
+def test_multi_line_pip_values_are_split_into_urls(monkeypatch):
+    from kernellab import proc
+    listing = "global.extra-index-url='\\nhttps://a.corp/simple\\nhttps://b.corp/simple'\nglobal.timeout='60'\n"
+    monkeypatch.setattr(network.proc, "run", lambda *a, **k: proc.Result(list(a[0]), 0, listing, ""))
+    values = network.host_pip_config().values
+    assert values["extra-index-url"] == ["https://a.corp/simple", "https://b.corp/simple"]
+    assert values["timeout"] == ["60"]
+
+
+def test_a_private_torch_index_never_reaches_the_dockerfile():
+    from kernellab import render, targets
+    from kernellab.resolve import resolve
+    m = targets.load()
+    private = resolve(m, target="cpu", torch_index="https://u:tok@mirror.corp/{variant}")
+    assert "mirror.corp" not in render.dockerfile(private, m)
+    public = resolve(m, target="cpu")
+    assert "--extra-index-url https://download.pytorch.org/whl/cpu" in render.dockerfile(public, m)

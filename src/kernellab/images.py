@@ -241,6 +241,11 @@ def build(
     requirements = "\n".join(lock["pip_freeze"]) + "\n" if lock else None
     cli = builder()
     proxy_args, proxy_env = network.proxy_build_args()
+    if spec.torch_index and spec.torch_index != render.public_torch_index(spec, matrix):
+        # A mirror's URL may carry credentials: it goes into the secret pip.conf, not the Dockerfile.
+        pip_config = pip_config or network.host_pip_config()
+        extra = [*pip_config.values.get("extra-index-url", []), spec.torch_index]
+        pip_config = network.PipConfig({**pip_config.values, "extra-index-url": extra})
     with tempfile.TemporaryDirectory(prefix="kl-build-") as tmp:
         ctx = Path(tmp) / "context"
         render.write_context(spec, matrix, ctx, locked=locked, certs=ca_certs, requirements=requirements,

@@ -12,6 +12,7 @@
 """
 from __future__ import annotations
 
+import ast
 import contextlib
 import http.server
 import os
@@ -67,7 +68,11 @@ def host_pip_config() -> PipConfig:
         section, _, name = key.rpartition(".")
         if name not in PIP_KEYS or section not in ("global", "install", ":env:"):
             continue
-        raw = raw.strip().strip("'\"")
+        raw = raw.strip()
+        try:  # pip prints each value as a Python literal: multi-line values carry "\n" escapes
+            raw = str(ast.literal_eval(raw))
+        except (ValueError, SyntaxError):
+            raw = raw.strip("'\"")
         items = raw.split() if name in ("extra-index-url", "find-links", "trusted-host") else [raw]
         bucket = values.setdefault(name, [])
         bucket.extend(i for i in items if i not in bucket)
@@ -125,7 +130,7 @@ def build_pip_conf(config: PipConfig | None = None, wheelhouse: Path | None = No
                     served.append((key, v))
                 elif local.exists():
                     served.append((key, serve(local, index=key != "find-links")))
-        for key in ("trusted-host", "timeout", "retries"):
+        for key in ("timeout", "retries"):
             if key in config.values:
                 lines.append(f"{key} = {' '.join(config.values[key])}")
     with tempfile.TemporaryDirectory(prefix="kl-pip-") as tmp:
@@ -146,8 +151,11 @@ def build_pip_conf(config: PipConfig | None = None, wheelhouse: Path | None = No
                 key = "extra-index-url"
             if urls:
                 lines.append(f"{key} = " + "\n    ".join(urls))
-        if roots:
-            lines.append("trusted-host = 127.0.0.1")
+        trusted = [] if wheelhouse is not None else list(config.values.get("trusted-host", []))
+        if roots and "127.0.0.1" not in trusted:
+            trusted.append("127.0.0.1")
+        if trusted:  # one line: pip rejects a repeated option
+            lines.append("trusted-host = " + " ".join(trusted))
         conf = Path(tmp) / "pip.conf"
         conf.write_text("\n".join(lines) + "\n")
         os.chmod(conf, 0o600)

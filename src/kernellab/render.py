@@ -29,7 +29,7 @@ def dockerfile(spec: Spec, matrix: Matrix, *, locked: bool = False, base_digest:
     if base_digest and base_digest.startswith(from_ref.split(":")[0] + "@"):
         from_ref = base_digest
     ctx = dict(
-        spec=spec, os=os_, from_ref=from_ref, locked=locked,
+        spec=spec, os=os_, from_ref=from_ref, locked=locked, torch_index=public_torch_index(spec, matrix),
         title=spec.description or _title(spec),
         apt_packages=_apt(spec, os_) if os_ else [],
         python_ppa=bool(os_ and spec.python != os_.python),
@@ -37,6 +37,17 @@ def dockerfile(spec: Spec, matrix: Matrix, *, locked: bool = False, base_digest:
         pip_packages=_pip(spec),
     )
     return env.get_template("Dockerfile.j2").render(**ctx)
+
+
+def public_torch_index(spec: Spec, matrix: Matrix) -> str | None:
+    """The torch index to write into the Dockerfile: only the matrix's public one.
+
+    Any other index (a mirror set by KERNELLAB_TORCH_INDEX, maybe with credentials) reaches the
+    build through the secret pip.conf instead (see images.build), never through a layer.
+    """
+    if spec.torch_index and spec.torch_index == matrix.torch_index.replace("{variant}", spec.torch_variant):
+        return spec.torch_index
+    return None
 
 
 def base_tag(base: str) -> str:
