@@ -22,8 +22,8 @@ done
 docker info >/dev/null 2>&1 || { echo "no docker engine"; tail -n 30 "$out/docker.log" /tmp/dockerd.log; exit 1; }
 if ! docker image inspect kernellab-site-base:gpuhost >/dev/null 2>&1; then
   # Import it ourselves, ignoring tar's complaints about files that change while read.
-  tar -C / -c bin lib lib64 sbin usr etc opt/torch --exclude=usr/share/doc --exclude=usr/share/man \
-      --exclude=usr/local/nvidia --warning=no-file-changed 2>/dev/null \
+  tar -C / --exclude=usr/share/doc --exclude=usr/share/man --exclude=usr/local/nvidia \
+      --warning=no-file-changed -c bin lib lib64 sbin usr etc opt/torch 2>/dev/null \
     | docker import -c 'ENV PATH=/opt/torch/.venv/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
         -c 'ENV LD_LIBRARY_PATH=/usr/local/nvidia/lib64:/usr/local/nvidia/lib' - kernellab-site-base:gpuhost >/dev/null
 fi

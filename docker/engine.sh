@@ -18,9 +18,24 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
+# Docker 23+ clients build with BuildKit only through the buildx plugin; Debian/Ubuntu package it.
+if [ "$(id -u)" = 0 ] && ! docker buildx version >/dev/null 2>&1 \
+   && ! /usr/bin/docker version --format '{{.Client.Version}}' 2>/dev/null | grep -qE '^(1[0-9]|2[0-2])\.' \
+   && apt-cache show docker-buildx >/dev/null 2>&1; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker-buildx >/dev/null
+fi
+# Under sudo, let the invoking user reach the engine without sudo next time.
+if [ -n "${SUDO_USER:-}" ] && [ "$SUDO_USER" != root ] && getent group docker >/dev/null \
+   && ! id -nG "$SUDO_USER" | grep -qw docker; then
+  usermod -aG docker "$SUDO_USER" && echo "added $SUDO_USER to the docker group (log in again to use it)"
+fi
 if docker info >/dev/null 2>&1; then
   echo "docker engine $(docker version --format '{{.Server.Version}}') is running"
   exit 0
+fi
+if docker info 2>&1 | grep -qi "permission denied"; then
+  echo "kernellab: the Docker engine runs but $(id -un) may not use it; \`sudo usermod -aG docker $(id -un)\` and log in again." >&2
+  exit 1
 fi
 if [ "$(id -u)" != 0 ]; then
   echo "kernellab: no Docker engine is running; start it (\`sudo systemctl start docker\`, or \`sudo make engine\`)." >&2

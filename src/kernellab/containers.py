@@ -8,11 +8,12 @@ from __future__ import annotations
 import json
 import os
 import sys
+import uuid
 from pathlib import Path
 from typing import Sequence
 
 from . import ROOT, cache_root, gpu, images, proc
-from .errors import DockerError, KernellabError
+from .errors import KernellabError
 
 WORKSPACE = "/workspace"
 CACHE = "/cache"
@@ -41,7 +42,7 @@ def best_gpu_mode() -> str | None:
         return None
     try:
         info = images.engine().info()
-    except DockerError:
+    except Exception:  # no engine, or one that does not answer `info`: modes from the host alone
         info = {}
     modes = gpu.available_modes(info)
     return modes[0] if modes else None
@@ -80,9 +81,12 @@ def run_argv(
         argv += ["--network", network]
     if name:
         argv += ["--name", name]
-    # kernellab's own switches (KERNELLAB_OPS, KERNELLAB_REQUIRE_GPU, ...) reach the container too.
-    passed = {k: v for k, v in os.environ.items() if k.startswith("KERNELLAB_") and k != "KERNELLAB_CACHE"}
-    full_env = {**passed, "HOME": f"{CACHE}/home", "USER": os.environ.get("USER", "kernellab") or "kernellab",
+    # kernellab's own switches (KERNELLAB_OPS, KERNELLAB_REQUIRE_GPU, ...) reach the container too,
+    # by name only: docker reads the values from its environment, so `ps` never shows them.
+    for k in sorted(os.environ):
+        if k.startswith("KERNELLAB_") and k not in ("KERNELLAB_CACHE", "KERNELLAB_IMAGE_ID"):
+            argv += ["-e", k]
+    full_env = {"HOME": f"{CACHE}/home", "USER": os.environ.get("USER", "kernellab") or "kernellab",
                 "KERNELLAB_CACHE": CACHE, "PYTHONPATH": f"{WORKSPACE}/src",
                 "PIP_CACHE_DIR": f"{CACHE}/pip", "KERNELLAB_IMAGE_ID": images.image_id(image)}
     if gpu_mode:
@@ -117,9 +121,13 @@ def run(image: str, command: Sequence[str] = (), *, gpu: bool | str = True, inte
     uid, gid = user or caller_ids()
     cache = cache_root()
     _prepare_cache(cache, uid, gid)
+    name = f"kernellab-{uuid.uuid4().hex[:12]}"
     argv = run_argv(image, command, interactive=interactive, gpu_mode=mode, user=(uid, gid), cache=cache,
-                    env=env, network=network, repo=repo)
-    return proc.call(argv)
+                    env=env, network=network, repo=repo, name=name)
+    code = proc.call(argv)
+    if code == 130:  # Ctrl-C: the client may be gone while the container runs on, holding the GPU
+        proc.run(["docker", "rm", "-f", name], check=False)
+    return code
 
 
 def gpu_mode_names() -> tuple[str, ...]:

@@ -11,8 +11,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
 from . import __version__, gpu, images, network
-from .errors import KernellabError
-from .resolve import Spec, _covered
+from .errors import DockerError, KernellabError
+from .resolve import Spec, covers
 from .targets import load, vkey
 
 OK, INFO, WARN, FAIL = "ok", "info", "warn", "fail"
@@ -49,8 +49,11 @@ def _cli(ctx: dict[str, Any]) -> Finding:
 def _engine(ctx: dict[str, Any]) -> Finding:
     try:
         client = images.engine()
-        ctx["docker_info"] = client.info()
-        v = client.version()
+        try:
+            ctx["docker_info"] = client.info()
+            v = client.version()
+        except Exception as e:  # the SDK's own errors: the engine answered ping but not this
+            raise DockerError(f"the Docker engine did not answer `info` ({type(e).__name__})") from None
         ctx["docker"] = {"version": v.get("Version"), "api": v.get("ApiVersion"),
                          "root": ctx["docker_info"].get("DockerRootDir"),
                          "runtimes": sorted((ctx["docker_info"].get("Runtimes") or {}).keys())}
@@ -101,7 +104,7 @@ def _driver(ctx: dict[str, Any]) -> Finding:
 
 
 def driver_finding(driver: str, cuda: str, min_driver: str | None, mvc_driver: str | None) -> Finding:
-    """Compare a driver version with a CUDA toolkit's needs (also used by export-image --check-target)."""
+    """Compare a driver version with a CUDA toolkit's needs."""
     if min_driver and vkey(driver) >= vkey(min_driver):
         return Finding("driver", OK, f"driver {driver} runs CUDA {cuda} (needs {min_driver})")
     if mvc_driver and vkey(driver) >= vkey(mvc_driver):
@@ -127,7 +130,7 @@ def arch_finding(ccs: list[str], arch_list: str, cpu_only: bool = False) -> Find
         return Finding("arch coverage", WARN, "the target is CPU-only: the GPU will not be used",
                        "build a GPU target, e.g. `invoke build-image --target cu130-pip`")
     archs = [a for a in arch_list.split(";") if a]
-    missing = sorted({cc for cc in ccs if not _covered(cc, archs)}, key=vkey)
+    missing = sorted({cc for cc in ccs if not covers(archs, cc)}, key=vkey)
     if missing:
         return Finding("arch coverage", FAIL, f"GPU capability {', '.join(missing)} is not in the arch list {arch_list}",
                        f"rebuild with --gpu for this GPU (e.g. --gpu sm_{missing[0].replace('.', '')})")

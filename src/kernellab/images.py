@@ -87,7 +87,8 @@ def make_debootstrap_base(suite: str, *, out: IO[str] = sys.stdout) -> str:
         raise BuildError(f"the base image {tag} is made with debootstrap, which is not installed; "
                          f"`sudo apt-get install debootstrap` (or `make setup`) and try again.")
     if os.geteuid() != 0:
-        raise BuildError(f"making the base image {tag} with debootstrap needs root; run `sudo invoke base-image` once.")
+        raise BuildError(f"making the base image {tag} with debootstrap needs root; run "
+                         f"`sudo .venv/bin/invoke base-image` once.")
     mirror = os.environ.get("KERNELLAB_DEBIAN_MIRROR", "http://deb.debian.org/debian")
     with tempfile.TemporaryDirectory(prefix="kl-debootstrap-") as tmp:
         root = Path(tmp) / "root"
@@ -185,7 +186,12 @@ def read_lock(spec: Spec, lock_dir: Path = LOCK_DIR) -> dict[str, Any]:
     if not path.exists():
         raise BuildError(f"no lock at {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}; build once "
                          f"without --locked to create it.")
-    lock = json.loads(path.read_text())
+    try:
+        lock = json.loads(path.read_text())
+        lock["base"]["digest"], lock["pip_freeze"]  # noqa: B018 - the keys a locked build needs
+    except (ValueError, KeyError, TypeError):
+        raise BuildError(f"the lock {path} is not a kernellab lock (bad JSON or missing keys); restore it from "
+                         f"git or rebuild without --locked.") from None
     want = json.loads(json.dumps(spec.to_dict()))  # as JSON has it: tuples become lists
     if lock.get("spec") != want:
         changed = sorted(k for k in want if lock.get("spec", {}).get(k) != want[k])
@@ -277,10 +283,20 @@ def build(
                              f"nothing was tagged.")
         digest = lock_digest(new_lock)
         tags = (spec.tag, *([f"kernellab:{spec.target}"] if spec.target else []))
-        final_id = _label_and_tag(cli, built_id, new_lock, digest, tags, Path(tmp))
-    path = lock_path(spec, lock_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(new_lock, indent=2, sort_keys=True) + "\n")
+        # The lock is written (beside its final name) before the tags move, and named after.
+        path = lock_path(spec, lock_dir)
+        pending = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            pending.write_text(json.dumps(new_lock, indent=2, sort_keys=True) + "\n")
+        except OSError as e:
+            raise BuildError(f"cannot write the lock {path} ({e.strerror}); nothing was tagged.") from None
+        try:
+            final_id = _label_and_tag(cli, built_id, new_lock, digest, tags, Path(tmp))
+        except BaseException:
+            pending.unlink(missing_ok=True)
+            raise
+        os.replace(pending, path)
     return Built(spec, final_id, tags, path, digest)
 
 

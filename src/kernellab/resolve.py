@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Sequence
 
@@ -170,7 +171,7 @@ def resolve(
         "cuda": cuda or t.get("cuda"), "gpu": _list_arg(gpu) or _list_arg(t.get("gpu")),
         "torch": torch or t.get("torch"), "python": python or t.get("python"),
         "llvm": str(llvm) if llvm is not None else t.get("llvm"),
-        "gcc": int(gcc) if gcc not in (None, "") else t.get("gcc"),
+        "gcc": _gcc_major(gcc) if gcc not in (None, "") else t.get("gcc"),
         "os": ("ubuntu" + ubuntu if ubuntu else os) or t.get("os"),
         "toolkit": toolkit or t.get("toolkit"), "base": base_image or t.get("base"),
     }
@@ -183,6 +184,13 @@ def resolve(
     if gpus == ["cpu"]:
         return _resolve_cpu(matrix, target, req, extra)
     return _resolve_cuda(matrix, target, req, gpus, extra)
+
+
+def _gcc_major(value: int | str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise ResolveError(f"--gcc takes a major version such as 12, not `{value}`.") from None
 
 
 def _gpus(matrix: Matrix, names: list[str]) -> list[Any]:
@@ -253,20 +261,33 @@ def _check_torch_archs(torch: Torch, variant: str, gpus: list[Gpu]) -> None:
     if not archs:
         return
     for g in gpus:
-        if not _covered(g.cc, archs):
+        if not covers(archs, g.cc):
             raise ResolveError(
                 f"PyTorch {torch.version} {variant} wheels are not built for {g.name} ({g.sm}; built for "
                 f"{', '.join(archs)}); choose another PyTorch version or CUDA variant.")
 
 
-def _covered(cc: str, archs: Sequence[str]) -> bool:
-    """SASS runs on the same major with an equal or higher minor; PTX JIT-compiles on anything newer."""
-    major, minor = vkey(cc)[:2]
-    for a in archs:
-        am, an = vkey(a)[:2]
-        if am == major and an <= minor:
+_ARCH = re.compile(r"(?:sm_|compute_)?(\d+)\.?(\d)([af]?)(\+PTX)?", re.IGNORECASE)
+
+
+def covers(archs: Iterable[str], cc: str) -> bool:
+    """Whether code built for archs (TORCH_CUDA_ARCH_LIST entries: "8.6", "9.0a", "12.0+PTX", "sm_90")
+    runs on a GPU of compute capability cc.
+
+    SASS runs on the same major at an equal or newer minor (arch-specific "a"/"f" builds only on
+    their own capability); PTX is JIT-compiled by the driver for any newer GPU.
+    """
+    have = tuple(int(p) for p in re.findall(r"\d+", str(cc)))[:2]
+    if len(have) < 2:
+        return False
+    for token in archs:
+        m = _ARCH.fullmatch(token.strip())
+        if not m:
+            continue
+        built, specific, ptx = (int(m.group(1)), int(m.group(2))), bool(m.group(3)), bool(m.group(4))
+        if built == have or (not specific and built[0] == have[0] and built[1] <= have[1]):
             return True
-        if a.endswith("+PTX") and (am, an) <= (major, minor):
+        if ptx and not specific and built <= have:
             return True
     return False
 

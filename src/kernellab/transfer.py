@@ -32,7 +32,7 @@ from typing import IO, Any, Protocol, cast
 
 import zstandard
 
-from . import __version__, proc
+from . import __version__, proc, resolve
 from .errors import CommandError, DockerError, KernellabError, TransferError
 
 FORMAT = "kernellab-bundle/1"
@@ -877,29 +877,9 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", str(text)))
 
 
-def _arch_entries(arch_list: str) -> list[tuple[tuple[int, int], bool, bool, bool]]:
-    """(compute capability, has SASS, has PTX, arch-specific) for each TORCH_CUDA_ARCH_LIST entry."""
-    entries = []
-    for token in re.split(r"[;\s,]+", arch_list.strip()):
-        m = re.fullmatch(r"(?:sm_|compute_)?(\d+)\.?(\d)([af]?)(\+PTX)?", token, re.IGNORECASE)
-        if m:
-            cc = (int(m.group(1)), int(m.group(2)))
-            entries.append((cc, True, bool(m.group(4)), bool(m.group(3))))
-    return entries
-
-
 def covers(arch_list: str, capability: str) -> bool:
-    """Whether kernels built for arch_list run on a GPU of this compute capability."""
-    have = _version(capability)
-    if len(have) < 2:
-        return False
-    cc = (have[0], have[1])
-    for built, sass, ptx, specific in _arch_entries(arch_list):
-        if sass and (built == cc if specific else built[0] == cc[0] and built[1] <= cc[1]):
-            return True  # SASS runs on the same major version at an equal or newer minor
-        if ptx and not specific and built <= cc:
-            return True  # PTX is compiled by the driver for any newer GPU
-    return False
+    """Whether kernels built for an image's arch-list label run on a GPU of this compute capability."""
+    return resolve.covers(re.split(r"[;\s,]+", arch_list.strip()), capability)
 
 
 def check_target(labels: Mapping[str, str], fingerprint: Mapping[str, Any]) -> list[Finding]:

@@ -40,6 +40,11 @@ def task(*args: Any, **kwargs: Any) -> Any:
     return decorate
 
 
+def configured_target(c: Any, target: str | None = None) -> str | None:
+    """--target if given, else kernellab.target from invoke's configuration (invoke.yaml), else None."""
+    return target or c.config.get("kernellab", {}).get("target")
+
+
 def collection() -> Collection:
     ns = Collection()
     for name in MODULES:

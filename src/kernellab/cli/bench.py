@@ -7,7 +7,7 @@ from invoke import Context, Exit
 
 from .. import ROOT
 from ..errors import BenchError
-from . import task
+from . import configured_target, task
 
 
 @task(help={
@@ -32,7 +32,7 @@ def bench(c: Context, target: str | None = None, k: str | None = None, native: b
 
         # The container sees the repository at /workspace: hand it paths relative to the repository.
         argv += [*(["--compare", _in_repo(compare)] if compare else []), *(["--out", _in_repo(out)] if out else [])]
-        code = run_in_target(target or c.config.get("kernellab", {}).get("target"),
+        code = run_in_target(configured_target(c, target),
                              ["python", "-m", "kernellab.bench", *argv], gpu=True)
     if code:
         raise Exit(code=code)
@@ -40,7 +40,7 @@ def bench(c: Context, target: str | None = None, k: str | None = None, native: b
 
 def _in_repo(path: str) -> str:
     resolved = Path(path).resolve()
-    if not resolved.exists() and not resolved.is_relative_to(ROOT):
+    if not resolved.exists() and (ROOT / "results" / path).exists():
         resolved = (ROOT / "results" / path).resolve()  # a bare run name
     if not resolved.is_relative_to(ROOT):
         raise BenchError(f"{path} is outside the repository, which is all the container sees; "

@@ -7,7 +7,8 @@ import sys
 from invoke import Exit
 
 from .. import ROOT, containers, images, proc
-from . import task
+from ..errors import KernellabError
+from . import configured_target, task
 
 GPU_MODE_HELP = "how the container gets the GPU: nvidia, cdi, devices, or none (default: the best doctor finds)"
 
@@ -22,8 +23,11 @@ def _gpu(gpu_mode):
             "gpu_mode": GPU_MODE_HELP, "cmd": "a command to run instead of an interactive shell"})
 def shell(c, target=None, image=None, gpu_mode=None, cmd=None):
     """Open a shell (or run --cmd) in a target's container: repo at /workspace, your UID, the GPU."""
-    ref = image or images.image_for_target(target or c.config.get("kernellab", {}).get("target"))
-    argv = shlex.split(cmd) if cmd else ["bash"]
+    ref = image or images.image_for_target(configured_target(c, target))
+    try:
+        argv = shlex.split(cmd) if cmd else ["bash"]
+    except ValueError as e:
+        raise KernellabError(f"--cmd is not a valid command line ({e}); check its quotes.") from None
     code = containers.run(ref, argv, gpu=_gpu(gpu_mode), interactive=cmd is None)
     if code:
         raise Exit(code=code)
@@ -39,7 +43,7 @@ def test(c, target=None, image=None, k=None, native=False, gpu_mode=None, suite=
     if native:
         code = proc.call([sys.executable, *args], cwd=ROOT)
     else:
-        ref = image or images.image_for_target(target or c.config.get("kernellab", {}).get("target"))
+        ref = image or images.image_for_target(configured_target(c, target))
         code = containers.run(ref, ["python", *args], gpu=_gpu(gpu_mode))
     if code:
         raise Exit(code=code)

@@ -8,7 +8,7 @@ from pathlib import Path
 from .. import images, network, render, targets
 from ..errors import KernellabError
 from ..resolve import resolve
-from . import task
+from . import configured_target, task
 
 BUILD_HELP = {
     "target": "a named target from docker/targets.toml (default: this machine's: GPU found -> gpu, else cpu)",
@@ -38,13 +38,13 @@ def _spec(target, cuda, gpu, torch, python, llvm, gcc, ubuntu, toolkit, base_ima
     return images.resolve_request(target=target, base_image=base_image, **flags)
 
 
-@task(help=BUILD_HELP, iterable=["gpu", "ca_cert"])
+@task(help=BUILD_HELP, iterable=["gpu", "ca_cert"], auto_shortflags=False)
 def build_image(c, target=None, cuda=None, gpu=None, torch=None, python=None, llvm=None, gcc=None, ubuntu=None,
                 toolkit=None, base_image=None, dry_run=False, locked=False, ca_cert=None, no_host_certs=False,
                 wheelhouse=None, no_cache=False):
     """Resolve, validate and build a pinned image (tags it only on success)."""
     spec = _spec(target, cuda, gpu, torch, python, llvm, gcc, ubuntu, toolkit, base_image,
-                 configured=c.config.get("kernellab", {}).get("target"))
+                 configured=configured_target(c))
     print("resolved:\n" + spec.summary())
     if dry_run:
         print("\n" + render.dockerfile(spec, targets.load(), locked=locked))
@@ -62,7 +62,7 @@ def render_dockerfiles(c, check=False):
     stale = write_rendered(check=check)
     if check and stale:
         raise KernellabError(f"rendered Dockerfiles are out of date: {', '.join(stale)}; run `invoke render-dockerfiles`.")
-    print("up to date" if check else f"wrote {len(targets.load().targets)} targets under docker/rendered/")
+    print("up to date" if check else f"rendered {len(stale)} changed file(s) under docker/rendered/")
 
 
 def write_rendered(check: bool = False) -> list[str]:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from invoke import Context, Exit
 
-from . import task
+from . import configured_target, task
 
 
 @task(help={
@@ -23,7 +23,7 @@ def build_kernels(c: Context, k: str | None = None, verbose: bool = False, nativ
     else:
         from ..containers import run_in_target
 
-        code = run_in_target(target or c.config.get("kernellab", {}).get("target"),
+        code = run_in_target(configured_target(c, target),
                              ["python", "-m", "kernellab.ops", *argv], gpu=True)
     if code:
         raise Exit(code=code)

@@ -7,7 +7,7 @@ from typing import Any
 
 from .. import transfer
 from ..errors import TransferError
-from . import task
+from . import configured_target, task
 
 
 class _Meter:
@@ -39,7 +39,7 @@ class _Meter:
 def _resolve_image(c: Any, image: str | None, target: str | None) -> str:
     if image and target:
         raise TransferError("Pass either IMAGE or --target, not both.")
-    target = target or (None if image else c.config.get("kernellab", {}).get("target"))
+    target = target or (None if image else configured_target(c))
     if image:
         return image
     if not target:
@@ -104,10 +104,13 @@ def _check(ref: str, fingerprint_path: str) -> list[str]:
         "bundle": "the bundle folder (as copied from the sender)",
         "to": "convert instead of loading into Docker: sif (Apptainer) or sqsh (enroot)",
         "output": "with --to: the file to write (default: ./BUNDLE.sif or ./BUNDLE.sqsh)",
-    }
+    },
+    positional=["bundle"],  # optional, so `invoke import-image --help` shows help instead of eating it
 )
-def import_image(c: Any, bundle: str, to: str | None = None, output: str | None = None) -> None:
+def import_image(c: Any, bundle: str = "", to: str | None = None, output: str | None = None) -> None:
     """Verify a bundle chunk by chunk, then load it into Docker or convert it (--to sif|sqsh)."""
+    if not bundle:
+        raise TransferError("name the bundle folder: `invoke import-image bundles/NAME`.")
     meter = _Meter()
     try:
         result = transfer.import_bundle(bundle, to=to, output=output, progress=meter)
