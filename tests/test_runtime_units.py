@@ -27,8 +27,16 @@ def test_run_argv_mounts_repo_and_cache_runs_as_the_caller_and_is_not_privileged
     assert "--privileged" not in argv and "--rm" in argv
     assert argv[argv.index("--user") + 1] == "1234:567"
     assert f"{tmp_path}:/workspace" in argv and f"{tmp_path / 'c'}:/cache" in argv
-    env = {argv[i + 1].split("=", 1)[0]: argv[i + 1].split("=", 1)[1] for i, a in enumerate(argv) if a == "-e"}
+    env = dict(argv[i + 1].partition("=")[::2] for i, a in enumerate(argv) if a == "-e")
     assert env["HOME"] == "/cache/home" and env["KERNELLAB_CACHE"] == "/cache" and env["KERNELLAB_IMAGE_ID"] == "sha256:feed"
+
+
+def test_kernellab_switches_reach_the_container_by_name_only(fake_image, tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNELLAB_OPS", "softmax")
+    monkeypatch.setenv("KERNELLAB_TORCH_INDEX", "https://u:secret@mirror/{variant}")
+    argv = containers.run_argv("img:1", [], user=(1, 1), repo=tmp_path, cache=tmp_path)
+    assert "KERNELLAB_OPS" in argv and "KERNELLAB_TORCH_INDEX" in argv
+    assert not any("secret" in a for a in argv), "values are read by docker from the environment, not argv"
 
 
 def test_devices_mode_passes_nodes_and_driver_libraries_and_extends_paths(fake_image, monkeypatch, tmp_path):
