@@ -265,6 +265,18 @@ def test_cli_failure_is_one_line_and_non_zero(app_bundle, tmp_path):
 
 
 @pytest.mark.docker
+def test_cli_round_trip_takes_the_image_and_the_bundle_as_positionals(images, tmp_path):
+    out = tmp_path / "out"
+    p = subprocess.run([sys.executable, "-m", "invoke", "export-image", images["app"], "--output", str(out),
+                        "--chunk-size", "64k"], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert p.returncode == 0, p.stderr
+    (bundle,) = [d for d in out.iterdir() if d.is_dir()]
+    p = subprocess.run([sys.executable, "-m", "invoke", "import-image", str(bundle)], cwd=ROOT,
+                       capture_output=True, text=True, check=False)
+    assert p.returncode == 0, p.stderr
+
+
+@pytest.mark.docker
 @pytest.mark.slow
 def test_delta_bundle_is_smaller_and_loads_where_the_old_image_is(images, app_bundle, tmp_path, monkeypatch):
     ctx = tmp_path / "ctx"

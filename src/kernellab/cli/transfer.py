@@ -6,8 +6,7 @@ import time
 from typing import Any
 
 from .. import transfer
-from ..errors import TransferError
-from . import configured_target, task
+from . import task
 
 
 class _Meter:
@@ -36,26 +35,18 @@ class _Meter:
             sys.stderr.write("\n")
 
 
-def _resolve_image(c: Any, image: str | None, target: str | None) -> str:
-    if image and target:
-        raise TransferError("Pass either IMAGE or --target, not both.")
-    target = target or (None if image else configured_target(c))
-    if image:
+def _resolve_image(image: str) -> str:
+    """An image reference as given, or the image of the named target of that name."""
+    from .. import images, targets
+
+    if images.image_exists(image) or image not in targets.load().targets:
         return image
-    if not target:
-        raise TransferError("Name the image to export (IMAGE) or a target (--target NAME).")
-    try:
-        from ..images import image_for_target
-    except ImportError:
-        raise TransferError("--target needs kernellab.images, which this checkout lacks; "
-                            "pass the image name instead.") from None
-    return image_for_target(target)
+    return images.image_for_target(image)
 
 
 @task(
     help={
-        "image": "image name or ID to export",
-        "target": "export the image of this target instead of naming it",
+        "image": "image name or ID to export, or a target name (its kernellab:<target> image)",
         "output": "folder to write the bundle folder into (default: bundles/)",
         "chunk-size": "size of each chunk file, e.g. 1G, 200M (default 1G)",
         "level": "zstd level, 1 fastest .. 19 smallest (default 3, already smaller than gzip)",
@@ -65,11 +56,11 @@ def _resolve_image(c: Any, image: str | None, target: str | None) -> str:
     positional=["image"],
     auto_shortflags=False,  # automatic ones would give --check-target `-h`, which reads as --help
 )
-def export_image(c: Any, image: str = "", target: str | None = None, output: str = "bundles",
+def export_image(c: Any, image: str, output: str = "bundles",
                  chunk_size: str = "1G", level: int = 3, since: str | None = None,
                  check_target: str | None = None) -> None:
     """Write an image as a chunked, checksummed bundle for a machine that cannot pull."""
-    ref = _resolve_image(c, image, target)
+    ref = _resolve_image(image)
     warnings = _check(ref, check_target) if check_target else []
     meter = _Meter()
     # The engine gathers all layers before the first byte flows (minutes for a large image).
@@ -105,12 +96,10 @@ def _check(ref: str, fingerprint_path: str) -> list[str]:
         "to": "convert instead of loading into Docker: sif (Apptainer) or sqsh (enroot)",
         "output": "with --to: the file to write (default: ./BUNDLE.sif or ./BUNDLE.sqsh)",
     },
-    positional=["bundle"],  # optional, so `invoke import-image --help` shows help instead of eating it
+    positional=["bundle"],  # required: invoke only fills positionals that have no default
 )
-def import_image(c: Any, bundle: str = "", to: str | None = None, output: str | None = None) -> None:
+def import_image(c: Any, bundle: str, to: str | None = None, output: str | None = None) -> None:
     """Verify a bundle chunk by chunk, then load it into Docker or convert it (--to sif|sqsh)."""
-    if not bundle:
-        raise TransferError("name the bundle folder: `invoke import-image bundles/NAME`.")
     meter = _Meter()
     try:
         result = transfer.import_bundle(bundle, to=to, output=output, progress=meter)
