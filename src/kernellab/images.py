@@ -146,11 +146,8 @@ def resolve_request(*, target: str | None = None, base_image: str | None = None,
     matrix = matrix or load()
     base = base_image or (matrix.targets.get(target or "", {}).get("base"))
     facts = probe_base(base) if base and not str(base).startswith("debootstrap:") else None
-    index, note = torch_index_for_builds(matrix)
-    spec = resolve(matrix, target=target, base_image=base_image, base_facts=facts, torch_index=index, **flags)
-    if note and spec.torch_requirement and "+" in spec.torch_requirement:
-        spec = dataclasses.replace(spec, warnings=(*spec.warnings, note))
-    return spec
+    return resolve(matrix, target=target, base_image=base_image, base_facts=facts,
+                   torch_index=os.environ.get("KERNELLAB_TORCH_INDEX"), **flags)
 
 
 def torch_index_for_builds(matrix: Matrix) -> tuple[str | None, str]:
@@ -247,6 +244,12 @@ def build(
     requirements = "\n".join(lock["pip_freeze"]) + "\n" if lock else None
     cli = builder()
     proxy_args, proxy_env = network.proxy_build_args()
+    if spec.torch_index and "KERNELLAB_TORCH_INDEX" not in os.environ:
+        # Probed here, where it is used: resolving (doctor, --dry-run) stays free of network waits.
+        index, note = torch_index_for_builds(matrix)
+        if note:
+            out.write(f"warning: {note}\n")
+            spec = dataclasses.replace(spec, torch_index=index or None)  # not part of the tag or digest
     if spec.torch_index and spec.torch_index != render.public_torch_index(spec, matrix):
         # A mirror's URL may carry credentials: it goes into the secret pip.conf, not the Dockerfile.
         pip_config = pip_config or network.host_pip_config()
