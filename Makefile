@@ -22,7 +22,7 @@ venv: $(BIN)/.installed
 
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q -e . "$(HOST_TORCH)" numpy matplotlib
+	$(BIN)/pip install -q -e ".[dev]" "$(HOST_TORCH)" numpy matplotlib
 	touch $@
 
 image: venv  ## build the default (or TARGET=...) image
