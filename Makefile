@@ -9,7 +9,7 @@ HOST_TORCH ?= torch==2.13.0
 TARGET ?=
 TARGET_FLAG := $(if $(TARGET),--target $(TARGET),)
 
-.PHONY: all setup engine venv image kernels bench-quick test test-unit bench-build devloop bench-transfer doctor shell render clean
+.PHONY: all setup engine venv image kernels bench-quick test test-unit lint test-podman bench-build devloop bench-transfer doctor shell render clean
 
 all: setup image kernels bench-quick  ## the main job: build the default image, test the kernels in it, quick bench
 
@@ -34,11 +34,18 @@ kernels: venv  ## compile the kernels in the image and check them against PyTorc
 bench-quick: venv  ## a quick benchmark in the image; prints the summary table
 	$(INVOKE) bench --quick $(TARGET_FLAG)
 
-test: venv  ## the test suite (unit, Docker integration, native kernels; GPU tests need a GPU)
+test: venv lint  ## lint, types and the test suite (unit, Docker integration, native kernels; GPU tests need a GPU)
 	$(BIN)/python -m pytest
 
-test-unit: venv  ## only the tests that need neither Docker nor a GPU
-	$(BIN)/python -m pytest -m "not docker and not gpu"
+test-unit: venv lint  ## lint, types, and the tests that need neither an engine nor a GPU
+	$(BIN)/python -m pytest -m "not docker and not podman and not gpu"
+
+lint: venv  ## ruff and mypy (configured in pyproject.toml)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+test-podman:  ## the engine contract suite against rootless Podman (as root: makes a user for it)
+	bash .ci/podman-suite.sh
 
 bench-build: venv  ## benchmarks/build.py: cold, unchanged and kernel-edit rebuilds
 	$(BIN)/python benchmarks/build.py $(if $(TARGET),--target $(TARGET),)

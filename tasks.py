@@ -5,7 +5,7 @@ from pathlib import Path
 # Let `invoke` work from a plain checkout even before `pip install -e .`.
 sys.path.insert(0, str(Path(__file__).parent / "src"))
 
-from kernellab.cli import collection  # noqa: E402
+from kernellab.cli import collection
 
 ns = collection()
-ns.configure({"kernellab": {"target": None}})
+ns.configure({"kernellab": {"target": None, "engine": None}})

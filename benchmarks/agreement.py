@@ -16,8 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from kernellab import ops  # noqa: E402
-from kernellab.bench import timing  # noqa: E402
+from kernellab import ops
+from kernellab.bench import timing
 
 ROUNDS = 3
 AGREE = 0.03
@@ -34,7 +34,7 @@ def check(spec: ops.OpSpec, dtype: str) -> dict:
     name, kernel = next(iter(module.candidates.items()))
     torch.testing.assert_close(kernel(*inputs), module.reference(*inputs), check_dtype=False,
                                atol=spec.tolerances[dtype][0], rtol=spec.tolerances[dtype][1])
-    fn = lambda: kernel(*inputs)  # noqa: E731
+    fn = lambda: kernel(*inputs)
     ours, theirs = [], []
     for _ in range(ROUNDS):
         ours.append(timing.do_bench(fn).median_ms)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from kernellab import ROOT, images, network  # noqa: E402
+from kernellab import ROOT, images, network
 
 
 def timed_build(spec, **kw) -> tuple[float, images.Built, str]:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from kernellab import ROOT, extensions, ops, proc  # noqa: E402
+from kernellab import ROOT, extensions, ops, proc
 
 
 def select_exactly(name: str) -> str:

@@ -2,6 +2,8 @@
 
 - `docker` tests need a Docker engine. KERNELLAB_REQUIRE_DOCKER=1 (CI sets it) makes a missing
   engine a failure instead of a skip: CI never passes by skipping.
+- `podman` tests need rootless Podman (a non-root user with /etc/subuid entries).
+  KERNELLAB_REQUIRE_PODMAN=1 (`.ci/podman-suite.sh` sets it) makes a missing one a failure.
 - `gpu` tests need a CUDA GPU visible to PyTorch. KERNELLAB_REQUIRE_GPU=1 (the GPU machine) makes
   a missing GPU a failure.
 (One file for every test module: the lead merges additions here.)
@@ -31,6 +33,16 @@ def docker_problem() -> str | None:
 
 
 @functools.lru_cache(maxsize=1)
+def podman_problem() -> str | None:
+    from kernellab import engine
+    if os.geteuid() == 0:
+        return ("kernellab drives Podman rootless; run as a non-root user with /etc/subuid entries "
+                "(`sudo bash .ci/podman-suite.sh` does)")
+    podman = engine.by_name("podman")
+    return None if podman.answers() else podman.problem()
+
+
+@functools.lru_cache(maxsize=1)
 def gpu_problem() -> str | None:
     try:
         import torch
@@ -52,6 +64,8 @@ def _require(marker: str, problem: str | None, variable: str) -> None:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("docker") is not None:
         _require("docker", docker_problem(), "KERNELLAB_REQUIRE_DOCKER")
+    if item.get_closest_marker("podman") is not None:
+        _require("podman", podman_problem(), "KERNELLAB_REQUIRE_PODMAN")
     if item.get_closest_marker("gpu") is not None:
         _require("gpu", gpu_problem(), "KERNELLAB_REQUIRE_GPU")
 

@@ -92,3 +92,22 @@ def test_datasheet_knows_the_h100_and_not_a_made_up_gpu() -> None:
     sheet = roofline.datasheet("NVIDIA H100 80GB HBM3")
     assert sheet is not None and sheet["memory_gbps"] == 3350
     assert roofline.datasheet("NVIDIA GeForce Imaginary 9999") is None
+
+
+def test_datasheet_entries_have_the_documented_fields_and_one_entry_per_name() -> None:
+    table = json.loads((Path(roofline.__file__).parent / "datasheet.json").read_text())
+    fields = set(table["_fields"])
+    seen: set[str] = set()
+    for entry in table["gpus"]:
+        assert set(entry) == fields, entry["names"]
+        assert entry["names"] and not seen & set(entry["names"]), entry["names"]
+        seen |= set(entry["names"])
+        assert all(entry[k] > 0 for k in ("memory_gbps", "fp16_tflops", "bf16_tflops", "fp32_tflops"))
+
+
+def test_peaks_live_only_in_the_datasheet_not_in_the_matrix() -> None:
+    tomllib = pytest.importorskip("tomllib", reason="Python 3.11+ reads TOML without tomli")
+    matrix = tomllib.loads((Path(roofline.__file__).parents[3] / "docker" / "matrix.toml").read_text())
+    for key, gpu in matrix["gpu"].items():
+        peaks = [k for k in gpu if any(w in k.lower() for w in ("gbps", "tflops", "bandwidth", "peak"))]
+        assert not peaks, f"[gpu.{key}] {peaks}: peak figures belong in src/kernellab/bench/datasheet.json"

@@ -1,4 +1,8 @@
-"""A whole CPU run over fake ops: the correctness gate, the results folder, plots, compare."""
+"""A whole CPU run over fake ops: the correctness gate, the results folder, plots, compare.
+
+The run is timed on a fake clock (bench_fakes.FakeClock): every verdict here comes from samples
+with a known spread, never from this machine's speed or load.
+"""
 from __future__ import annotations
 
 import copy
@@ -22,7 +26,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
     mp = pytest.MonkeyPatch()
     mp.setenv("KERNELLAB_CACHE", str(tmp / "cache"))
     try:
-        doc, folder = runner.run(runner.Options(quick=True, out=tmp / "run"), catalog=bench_fakes.catalog(),
+        clock = bench_fakes.use_fake_clock(mp)
+        doc, folder = runner.run(runner.Options(quick=True, out=tmp / "run"), catalog=bench_fakes.catalog(clock=clock),
                                  log=io.StringIO())
     finally:
         mp.undo()
@@ -56,6 +61,7 @@ def test_candidates_get_a_speedup_with_an_interval_per_baseline(run: tuple[dict,
     row = _rows(doc, op="vadd", impl="kernellab")[0]
     ratio = row["speedups"]["eager"]
     assert ratio["lo"] <= ratio["value"] <= ratio["hi"]
+    assert ratio["value"] == pytest.approx(bench_fakes.FAKE_MS["eager"] / bench_fakes.FAKE_MS["kernellab"], rel=0.02)
     assert row["gbps"] == pytest.approx(3 * 4096 * 4 / (row["stats"]["median"] * 1e-3) / 1e9)
     assert row["pct_peak"] is None  # CPU timing has no measured roofline
     assert _rows(doc, op="vadd", impl="eager")[0]["role"] == "baseline"
@@ -127,7 +133,10 @@ def test_a_doubled_time_is_a_regression_and_exits_non_zero(run: tuple[dict, Path
     new = _slowed(doc, "kernellab", 2.0)
     new["environment"] = dict(doc["environment"], driver_changed=True, torch="9.9.9")
     report = compare.compare(doc, new)
-    assert {r["verdict"] for r in report.regressions} == {"slower"}
+    (slowed,) = report.regressions
+    assert slowed["impl"] == "kernellab" and slowed["verdict"] == "slower"
+    # The fake clock's 1% spread leaves the 3% floor as the bar, far below the doubling.
+    assert slowed["change"] == pytest.approx(1.0, abs=0.02) and slowed["threshold"] == pytest.approx(0.03)
     assert "torch: " in " ".join(report.environment)
     (tmp_path / "new").mkdir()
     results.write(tmp_path / "new", new)
@@ -167,9 +176,11 @@ def test_load_refuses_what_is_not_a_run(tmp_path: Path) -> None:
 
 def test_an_op_that_fails_to_build_gets_rows_not_a_crash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path / "cache"))
+    clock = bench_fakes.use_fake_clock(monkeypatch)
     specs = [bench_fakes.FakeSpec("bad", bench_shapes=[{"n": 64}]), bench_fakes.FakeSpec("good", bench_shapes=[{"n": 64}])]
     doc, _ = runner.run(runner.Options(quick=True, out=tmp_path / "r"),
-                        catalog=bench_fakes.catalog(specs, {"kernellab": lambda x, y: x + y}, failing=("bad",)),
+                        catalog=bench_fakes.catalog(specs, {"kernellab": lambda x, y: x + y}, failing=("bad",),
+                                                    clock=clock),
                         log=io.StringIO())
     bad = _rows(doc, op="bad")
     assert len(bad) == 1 and bad[0]["status"] == "error" and "load failed" in bad[0]["reason"]

@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("torch", reason="torch is not installed (pip install torch, or use a kernellab image)")
 
-from kernellab import ROOT, extensions  # noqa: E402
+from kernellab import ROOT, extensions, ops  # noqa: E402
 from kernellab.errors import ExtensionError  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -95,6 +95,92 @@ def test_unchanged_rerun_compiles_nothing_and_an_edit_recompiles_only_that_file(
     assert edited["dir"] == first["dir"]  # the folder is keyed by paths and flags, not contents
     assert "-c " + str(kernel) in edited_log
     assert "binding.cpp -o" not in edited_log
+
+
+BROKEN = "int answer() {\n  return forty_two;\n}\n"
+FIXED = "int answer() {\n  return 42;\n}\n"
+
+BUILD_OR_FAIL = """
+import json, sys
+from pathlib import Path
+from kernellab import extensions
+from kernellab.errors import ExtensionError
+try:
+    b = extensions.build(sys.argv[1], [Path(p) for p in sys.argv[2:]], cuda=False)
+    print(json.dumps({"compiled": b.compiled, "error": None}))
+except ExtensionError as e:
+    print(json.dumps({"compiled": None, "error": str(e)}))
+"""
+
+
+def build_or_fail_in_fresh_process(name: str, sources: list[Path]) -> dict:
+    import json
+
+    done = subprocess.run([sys.executable, "-c", BUILD_OR_FAIL, name, *map(str, sources)], capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")}, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_failed_build_raises_the_compilers_error_again_never_a_missing_library(tmp_path: Path) -> None:
+    src = write(tmp_path / "src", "answer.cpp", BROKEN)
+    messages = []
+    for _ in range(3):
+        with pytest.raises(ExtensionError) as info:
+            extensions.build("kl_test_again", [src], cuda=False)
+        messages.append(str(info.value))
+    assert messages[0].startswith("kl_test_again does not compile:") and "forty_two" in messages[0]
+    assert messages[1] == messages[0] and messages[2] == messages[0]
+    assert "shared object" not in " ".join(messages)
+
+
+def test_a_second_process_gets_the_same_error_without_compiling_until_the_sources_change(tmp_path: Path) -> None:
+    src = write(tmp_path / "src", "answer.cpp", BROKEN)
+    with pytest.raises(ExtensionError) as info:
+        extensions.build("kl_test_record", [src], cuda=False)
+    log = extensions.build_directory("kl_test_record", [src], cuda=False) / "build.log"
+    before = (log.stat().st_mtime_ns, log.read_text())
+
+    again = build_or_fail_in_fresh_process("kl_test_record", [src])
+    assert again["error"] == str(info.value)
+    assert (log.stat().st_mtime_ns, log.read_text()) == before  # nothing was compiled to say so
+
+    src.write_text(FIXED)
+    fixed = build_or_fail_in_fresh_process("kl_test_record", [src])
+    assert fixed == {"compiled": True, "error": None}
+    assert not (log.parent / extensions.FAILURE_RECORD).exists()
+
+
+def test_fixing_only_a_header_rebuilds_in_the_same_process(tmp_path: Path) -> None:
+    # torch hashes the listed sources only: after a failure it would skip the build and load nothing.
+    header = write(tmp_path / "src", "answer.h", "#define ANSWER forty_two\n")
+    src = write(tmp_path / "src", "answer.cpp", '#include "answer.h"\nint answer() { return ANSWER; }\n')
+    with pytest.raises(ExtensionError, match="forty_two"):
+        extensions.build("kl_test_header", [src], cuda=False)
+    header.write_text("#define ANSWER 42\n")
+    built = extensions.build("kl_test_header", [src], cuda=False)
+    assert built.compiled and built.library.exists()
+
+
+def test_every_load_of_an_op_that_does_not_compile_shows_the_compilers_error(tmp_path: Path) -> None:
+    folder = tmp_path / "kernels" / "broken_cpu"
+    write(folder, "op.toml", """\
+        description = "a CPU op with a syntax error"
+        kind = "cpu"
+        dtypes = ["float32"]
+        bytes = "2 * n * itemsize"
+        flops = "n"
+        test_shapes = [{ n = 4 }]
+        bench_shapes = [{ n = 4 }]
+        """)
+    write(folder, "reference.py", "def reference(x):\n    return x\n")
+    write(folder, "broken.cpp", "int broken( {\n")
+    spec = ops.parse_spec(folder / "op.toml")
+    for _ in range(2):  # one test after another, in one pytest process
+        with pytest.raises(ExtensionError) as info:
+            ops.load(spec)
+        message = str(info.value)
+        assert message.startswith("kernellab_broken_cpu does not compile:")
+        assert re.search(r"broken\.cpp:1:\d+: error:", message) and "shared object" not in message
 
 
 def test_build_folder_is_keyed_by_sources_and_lives_in_the_cache(tmp_path: Path, cache: Path) -> None:

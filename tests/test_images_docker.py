@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kernellab import containers, images, network, targets
+from kernellab import containers, engine, images, network, targets
 from kernellab.errors import BuildError, DockerError, ResolveError
 from kernellab.resolve import resolve
 
@@ -24,10 +24,12 @@ from proxy import Proxy
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 M = targets.load()
+DOCKER = engine.by_name("docker")
 
 
 def cpu_spec(**kw):
-    return resolve(M, target="cpu", torch_index=os.environ.get("KERNELLAB_TORCH_INDEX"), **kw)
+    """The cpu target resolved as `invoke build-image` resolves it (same PyTorch index rule as the tasks)."""
+    return images.resolve_request(target="cpu", **kw)
 
 
 @pytest.fixture(scope="session")
@@ -51,13 +53,13 @@ def run(image: str, *cmd: str) -> str:
 
 def test_build_labels_every_version_and_the_lock_hash(cpu_image):
     built, _, _ = cpu_image
-    labels = images.labels(built.tags[0])
+    labels = DOCKER.labels(built.tags[0])
     assert labels["kernellab.torch"] == "2.13.0" and labels["kernellab.python"] == "3.11"
     assert labels["kernellab.kind"] == "cpu" and labels["kernellab.gcc"] == "12"
     assert labels["kernellab.spec-sha256"] == built.spec.digest
     assert labels["kernellab.lock-sha256"] == built.lock_sha256
     assert set(built.tags) == {built.spec.tag, "kernellab:cpu"}
-    assert images.image_id("kernellab:cpu") == built.image_id
+    assert DOCKER.image_id("kernellab:cpu") == built.image_id
 
 
 def test_lock_records_base_digest_freeze_and_toolchain(cpu_image):
@@ -130,21 +132,21 @@ def test_locked_refuses_a_lock_made_for_another_spec(cpu_image, lock_dir):
 
 
 def test_a_failing_step_is_named_and_the_previous_image_of_the_tag_is_kept(cpu_image, lock_dir):
-    current = images.image_id("kernellab:cpu")  # earlier tests may have moved the tag
+    current = DOCKER.image_id("kernellab:cpu")  # earlier tests may have moved the tag
     bad = dataclasses.replace(cpu_spec(), extra_apt=("kernellab-no-such-package",), target=None)
     subprocess.run(["docker", "tag", current, bad.tag], check=True)
     with pytest.raises(BuildError) as e:
         images.build(bad, lock_dir=lock_dir, out=io.StringIO())
     msg = str(e.value)
     assert "failed at step" in msg and "apt-get" in msg and "kernellab-no-such-package" in msg
-    assert images.image_id(bad.tag) == current, "the old image still holds the tag"
+    assert DOCKER.image_id(bad.tag) == current, "the old image still holds the tag"
     subprocess.run(["docker", "rmi", "--no-prune", bad.tag], check=True, capture_output=True)
 
 
 def test_no_engine_is_one_clear_sentence(monkeypatch):
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
     with pytest.raises(DockerError, match="cannot reach a Docker engine at unix:///nonexistent/docker.sock"):
-        images.engine()
+        DOCKER.require()
 
 
 def test_missing_base_image_says_how_to_get_it(docker_client):
@@ -198,7 +200,7 @@ extern "C" int kl_scale(float* x, float a, int n) { scale<<<(n + 127) / 128, 128
 
 def test_pip_toolkit_image_compiles_a_cuda_extension_without_a_gpu(pip_toolkit_image, tmp_path, monkeypatch):
     built = pip_toolkit_image
-    assert images.labels(built.tags[0])["kernellab.kind"] == "cuda-pip"
+    assert DOCKER.labels(built.tags[0])["kernellab.kind"] == "cuda-pip"
     monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path / "cache"))
     work = tmp_path / "ext"
     work.mkdir()
@@ -228,7 +230,7 @@ def test_base_image_with_pytorch_is_verified_and_never_reinstalled(cpu_image, lo
         log = io.StringIO()
         on_site = images.build(spec, lock_dir=lock_dir, out=log)
         assert "pip install" not in log.getvalue()
-        assert images.labels(on_site.tags[0])["kernellab.torch-variant"] == "preinstalled"
+        assert DOCKER.labels(on_site.tags[0])["kernellab.torch-variant"] == "preinstalled"
         with pytest.raises(ResolveError, match="has PyTorch 2.13.0\\+cpu, not 2.5"):
             images.resolve_request(base_image=site, gpu="cpu", torch="2.5")
     finally:
@@ -261,7 +263,7 @@ def test_ctrl_c_mid_build_tags_nothing(cpu_image, tmp_path):
     p.send_signal(signal.SIGINT)
     rest, _ = p.communicate(timeout=120)
     assert p.returncode != 0 and "KeyboardInterrupt" in seen + rest
-    assert tag.startswith("kernellab:cpu-") and not images.image_exists(tag)
+    assert tag.startswith("kernellab:cpu-") and not DOCKER.exists(tag)
     assert not list(tmp_path.glob("*.json")), "no lock for an interrupted build"
     leftovers = subprocess.run(["docker", "images", "-q", "kernellab-staging"], capture_output=True, text=True).stdout
     assert leftovers.strip() == ""

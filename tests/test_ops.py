@@ -1,11 +1,14 @@
-"""op.toml parsing, op discovery and selection, and the build report: pure logic, no compiler."""
+"""op.toml parsing, op discovery and selection, tolerances, and the build report: pure logic, no compiler."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
-from kernellab import extensions, ops
+from kernellab import extensions, ops, tolerances
+from kernellab.bench import runner, timing
 from kernellab.errors import ConfigError
 
 MINIMAL = """
@@ -60,6 +63,57 @@ def test_folders_without_op_toml_or_starting_with_underscore_are_not_ops(tmp_pat
     make_op(tmp_path, "_common")
     (tmp_path / "notes").mkdir()
     assert [s.name for s in ops.discover(tmp_path)] == ["toy"]
+
+
+def _bench_tolerance(monkeypatch: pytest.MonkeyPatch, spec: Any, dtype: str) -> tuple[float, float]:
+    """The (atol, rtol) the benchmark's correctness gate (runner.bench_case) checks `spec` with at `dtype`."""
+    seen: list[tuple[float, float]] = []
+
+    def check(fn: Any, inputs: tuple, expected: Any, *, atol: float, rtol: float) -> tuple[str, str]:
+        seen.append((atol, rtol))
+        return "wrong", "captured by the test"  # nothing gets timed
+
+    monkeypatch.setattr(runner, "check", check)
+    module = SimpleNamespace(candidates={"kernellab": lambda *a: None}, baselines={},
+                             make_inputs=lambda *a: (), reference=lambda *a: None)
+    ctx = runner.Context("cpu", timing.QUICK, True, None, None, None)  # no monitor or progress: nothing is timed
+    runner.bench_case(spec, module, spec.bench_shapes[0], dtype, ctx)
+    assert len(seen) == 1
+    return seen[0]
+
+
+def test_every_dtype_an_op_may_declare_has_a_default_tolerance() -> None:
+    assert set(tolerances.DEFAULTS) == set(ops.ITEMSIZE)
+
+
+@pytest.mark.parametrize("dtype", sorted(tolerances.DEFAULTS))
+def test_tests_and_bench_check_with_the_same_default_tolerance(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               dtype: str) -> None:
+    make_op(tmp_path, toml=MINIMAL.replace('["float32", "float16"]', f'["{dtype}"]'))
+    (spec,) = ops.discover(tmp_path)
+    # tests/test_kernels.py checks with spec.tolerances[dtype].
+    assert spec.tolerances[dtype] == tolerances.DEFAULTS[dtype]
+    assert _bench_tolerance(monkeypatch, spec, dtype) == spec.tolerances[dtype]
+
+
+def test_tests_and_bench_check_with_the_same_op_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    make_op(tmp_path, toml=MINIMAL + "\n[tolerances]\nfloat16 = [5e-3, 2e-3]\n")
+    (spec,) = ops.discover(tmp_path)
+    assert spec.tolerances == {"float32": tolerances.DEFAULTS["float32"], "float16": (5e-3, 2e-3)}
+    for dtype in spec.dtypes:
+        assert _bench_tolerance(monkeypatch, spec, dtype) == spec.tolerances[dtype]
+
+
+def test_every_shipped_op_is_benched_with_its_test_tolerance(monkeypatch: pytest.MonkeyPatch) -> None:
+    for spec in ops.discover():
+        for dtype in spec.bench_dtypes:
+            assert _bench_tolerance(monkeypatch, spec, dtype) == spec.tolerances[dtype], (spec.name, dtype)
+
+
+def test_a_spec_without_tolerances_is_benched_with_the_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = SimpleNamespace(name="fake", kind="cpu", tolerances={}, seeds=[0], bench_shapes=[{"n": 1}])
+    for dtype, pair in tolerances.DEFAULTS.items():
+        assert _bench_tolerance(monkeypatch, spec, dtype) == pair
 
 
 @pytest.mark.parametrize("expr, expected", [

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kernellab import render, targets
+from kernellab import kinds, render, targets
 from kernellab.cli.images import write_rendered
 from kernellab.errors import ResolveError
 from kernellab.resolve import BaseFacts, resolve
@@ -85,12 +85,12 @@ def test_torch_index_can_be_disabled_for_mirrors():
 # --------------------------------------------------------------------------- refusals
 
 @pytest.mark.parametrize("cuda,gpu,expect", [
-    ("10.2", "h100", "starts with CUDA 11.8"),
-    ("11.7", "h100", "starts with CUDA 11.8"),
-    ("13.0", "v100", "ends with CUDA 12.9"),
-    ("12.4", "b200", "starts with CUDA 12.8"),
-    ("12.6", "rtx5090", "starts with CUDA 12.8"),
-    ("12.1", "k80", "ends with CUDA 11.8"),
+    ("10.2", "h100", "the oldest CUDA in the matrix that can target it is 11.8; use --cuda 11.8"),
+    ("11.7", "h100", "the oldest CUDA in the matrix that can target it is 11.8; use --cuda 11.8"),
+    ("13.0", "v100", "the newest CUDA in the matrix that can target it is 12.9; use --cuda 12.9"),
+    ("12.4", "b200", "the oldest CUDA in the matrix that can target it is 12.8; use --cuda 12.8"),
+    ("12.6", "rtx5090", "the oldest CUDA in the matrix that can target it is 12.8; use --cuda 12.8"),
+    ("12.1", "k80", "the newest CUDA in the matrix that can target it is 11.8; use --cuda 11.8"),
 ])
 def test_refuses_an_arch_the_toolkit_cannot_target(cuda, gpu, expect):
     msg = refuse(cuda=cuda, gpu=gpu)
@@ -139,6 +139,47 @@ def test_unknown_versions_list_the_known_ones(kw, listed):
     assert listed in refuse(**kw)
 
 
+@pytest.mark.parametrize("kw,meant", [
+    (dict(gpu="a1000"), "unknown GPU `a1000` (did you mean a100?)"),
+    (dict(gpu="h10", cuda="12.4"), "(did you mean h100?)"),
+    (dict(cuda="12.3", gpu="a100"), "unknown CUDA version `12.3` (did you mean 12.4?)"),
+    (dict(cuda="12.1", gpu="a100", torch="2.5.2"), "unknown PyTorch version `2.5.2` (did you mean 2.5.1?)"),
+    (dict(cuda="12.1", gpu="a100", llvm="188"), "unknown LLVM version `188` (did you mean 18?)"),
+    (dict(gpu="cpu", os="debian-12"), "unknown OS `debian-12` (did you mean debian12?)"),
+    (dict(cuda="12.1", gpu="a100", ubuntu="22.4"), "no nvidia/cuda image for ubuntu22.4 (did you mean ubuntu22.04?)"),
+    (dict(target="cu12-a100"), "unknown target `cu12-a100` (did you mean cu121-a100?)"),
+    (dict(gpu="a100", toolkit="pipp"), "unknown toolkit `pipp` (did you mean pip?); use image"),
+])
+def test_unknown_names_suggest_the_closest_known_one(kw, meant):
+    assert meant in refuse(**kw)
+
+
+def test_nothing_is_suggested_when_nothing_is_close():
+    msg = refuse(cuda="12.1", gpu="x999")
+    assert "did you mean" not in msg and "known GPUs: k80 (3.7)" in msg
+
+
+def test_arch_refusals_state_only_what_the_matrix_knows():
+    # sm_86 support started with CUDA 11.1; the matrix's oldest that can target it is 11.7.
+    msg = refuse(cuda="10.2", gpu="3090")
+    assert "the oldest CUDA in the matrix that can target it is 11.7; use --cuda 11.7" in msg
+    assert "starts with" not in msg and "support for" not in msg
+    msg = refuse(cuda="13.0", gpu="v100")
+    assert "the newest CUDA in the matrix that can target it is 12.9; use --cuda 12.9" in msg and "ends with" not in msg
+    # A toolkit between two that can: the matrix's versions are listed, nothing is claimed about the rest.
+    cuda = {k: dataclasses.replace(c, archs=tuple(a for a in c.archs if a != "8.0")) if k in ("12.1", "12.4") else c
+            for k, c in M.cuda.items()}
+    msg = refuse_in(dataclasses.replace(M, cuda=cuda), cuda="12.4", gpu="a100")
+    assert "the CUDA versions in the matrix that can target it are 11.7, 11.8, 12.6, 12.8, 12.9, 13.0" in msg
+
+
+def refuse_in(matrix, **kw) -> str:
+    with pytest.raises(ResolveError) as e:
+        resolve(matrix, **kw)
+    assert "\n" not in str(e.value)
+    return str(e.value)
+
+
 def test_refuses_unavailable_os_python_and_mixing_cpu_with_gpus():
     assert "available: ubuntu20.04, ubuntu22.04" in refuse(cuda="12.1", gpu="a100", ubuntu="24.04")
     assert "cannot be combined" in refuse(gpu="cpu,a100")
@@ -171,7 +212,7 @@ def test_a_paper_environment_is_data_only(tmp_path):
 
 def test_dockerfiles_need_no_syntax_line_and_cache_apt_and_pip():
     for name, t in M.targets.items():
-        if str(t.get("base", "debootstrap:")).startswith("debootstrap:") is False:
+        if kinds.probes(t.base):
             continue  # a --base-image target is resolved against the image itself (docker tests)
         text = render.dockerfile(resolve(M, target=name), M)
         assert "# syntax" not in text

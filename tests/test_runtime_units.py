@@ -10,19 +10,22 @@ from pathlib import Path
 
 import pytest
 
+from fake_engine import fake, image
+
 from kernellab import containers, doctor, gpu, images, network
 from kernellab.errors import KernellabError
 
+IMG = {"img:1": image("sha256:feed", env=["PATH=/opt/venv/bin:/usr/bin", "LD_LIBRARY_PATH=/usr/local/cuda/lib64"])}
+
 
 @pytest.fixture
-def fake_image(monkeypatch):
-    monkeypatch.setattr(images, "image_id", lambda ref: "sha256:feed")
-    monkeypatch.setattr(containers, "_image_env", lambda ref: {"PATH": "/opt/venv/bin:/usr/bin",
-                                                                "LD_LIBRARY_PATH": "/usr/local/cuda/lib64"})
+def fake_image():
+    return fake("docker", IMG)
 
 
 def test_run_argv_mounts_repo_and_cache_runs_as_the_caller_and_is_not_privileged(fake_image, tmp_path):
-    argv = containers.run_argv("img:1", ["pytest", "-q"], user=(1234, 567), repo=tmp_path, cache=tmp_path / "c")
+    argv = containers.run_argv("img:1", ["pytest", "-q"], user=(1234, 567), repo=tmp_path, cache=tmp_path / "c",
+                               engine=fake_image)
     assert argv[:2] == ["docker", "run"] and argv[-3:] == ["img:1", "pytest", "-q"]
     assert "--privileged" not in argv and "--rm" in argv
     assert argv[argv.index("--user") + 1] == "1234:567"
@@ -34,7 +37,7 @@ def test_run_argv_mounts_repo_and_cache_runs_as_the_caller_and_is_not_privileged
 def test_kernellab_switches_reach_the_container_by_name_only(fake_image, tmp_path, monkeypatch):
     monkeypatch.setenv("KERNELLAB_OPS", "softmax")
     monkeypatch.setenv("KERNELLAB_TORCH_INDEX", "https://u:secret@mirror/{variant}")
-    argv = containers.run_argv("img:1", [], user=(1, 1), repo=tmp_path, cache=tmp_path)
+    argv = containers.run_argv("img:1", [], user=(1, 1), repo=tmp_path, cache=tmp_path, engine=fake_image)
     assert "KERNELLAB_OPS" in argv and "KERNELLAB_TORCH_INDEX" in argv
     assert not any("secret" in a for a in argv), "values are read by docker from the environment, not argv"
 
@@ -43,7 +46,8 @@ def test_devices_mode_passes_nodes_and_driver_libraries_and_extends_paths(fake_i
     monkeypatch.setattr(gpu, "device_nodes", lambda: ["/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm"])
     monkeypatch.setattr(gpu, "driver_files", lambda: {"/usr/lib/x86_64-linux-gnu/libcuda.so.580.1":
                                                       "/usr/local/nvidia/lib64/libcuda.so.1"})
-    argv = containers.run_argv("img:1", ["nvidia-smi"], gpu_mode="devices", user=(1, 1), repo=tmp_path, cache=tmp_path)
+    argv = containers.run_argv("img:1", ["nvidia-smi"], gpu_mode="devices", user=(1, 1), repo=tmp_path,
+                               cache=tmp_path, engine=fake_image)
     devices = [argv[i + 1] for i, a in enumerate(argv) if a == "--device"]
     assert devices == ["/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm"]
     assert "/usr/lib/x86_64-linux-gnu/libcuda.so.580.1:/usr/local/nvidia/lib64/libcuda.so.1:ro" in argv
@@ -54,13 +58,61 @@ def test_devices_mode_passes_nodes_and_driver_libraries_and_extends_paths(fake_i
 
 @pytest.mark.parametrize("mode,flag", [("nvidia", ["--gpus", "all"]), ("cdi", ["--device", "nvidia.com/gpu=all"])])
 def test_runtime_and_cdi_modes(mode, flag, fake_image, tmp_path):
-    argv = containers.run_argv("img:1", [], gpu_mode=mode, user=(1, 1), repo=tmp_path, cache=tmp_path)
+    argv = containers.run_argv("img:1", [], gpu_mode=mode, user=(1, 1), repo=tmp_path, cache=tmp_path,
+                               engine=fake_image)
     assert argv[argv.index(flag[0]) + 1] == flag[1]
 
 
-def test_unknown_gpu_mode_is_refused():
+def test_unknown_gpu_mode_is_refused(fake_image):
     with pytest.raises(ValueError, match="unknown GPU mode"):
-        gpu.docker_gpu_args("magic")
+        gpu.container_gpu_args(fake_image, "magic")
+
+
+def test_podman_has_no_gpus_flag_and_says_which_modes_it_has(tmp_path):
+    with pytest.raises(KernellabError, match="cannot attach GPUs in mode `nvidia`; use one of cdi, devices"):
+        containers.run_argv("img:1", [], gpu_mode="nvidia", user=(1, 1), repo=tmp_path, cache=tmp_path,
+                            engine=fake("podman", IMG))
+    argv = containers.run_argv("img:1", [], gpu_mode="cdi", user=(1, 1), repo=tmp_path, cache=tmp_path,
+                               engine=fake("podman", IMG))
+    assert argv[0] == "podman" and argv[argv.index("--device") + 1] == "nvidia.com/gpu=all"
+
+
+def test_rootless_podman_keeps_the_callers_uid_and_uses_host_networking(tmp_path, monkeypatch):
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
+    argv = containers.run_argv("img:1", ["id"], user=(1000, 1000), repo=tmp_path, cache=tmp_path,
+                               engine=fake("podman", IMG))
+    assert "--userns=keep-id" in argv and argv[argv.index("--user") + 1] == "1000:1000"
+    assert argv[argv.index("--network") + 1] == "host", "rootless slirp4netns needs /dev/net/tun"
+    none = containers.run_argv("img:1", ["id"], user=(1000, 1000), repo=tmp_path, cache=tmp_path, network="none",
+                               engine=fake("podman", IMG))
+    assert none[none.index("--network") + 1] == "none"
+
+
+@pytest.mark.parametrize("kind", ["docker", "podman"])
+def test_build_argv_passes_the_secret_and_never_a_privileged_flag(kind, tmp_path):
+    argv, env = fake(kind).build_argv(tmp_path, iidfile=tmp_path / "iid", tags=("a:1",), secrets={"pipconf": tmp_path / "p"})
+    assert argv[-1] == str(tmp_path) and f"id=pipconf,src={tmp_path / 'p'}" in argv
+    assert argv[argv.index("-t") + 1] == "a:1" and argv[argv.index("--iidfile") + 1] == str(tmp_path / "iid")
+    assert "--privileged" not in argv and argv[argv.index("--network") + 1] == "host"
+    assert env == ({"DOCKER_BUILDKIT": "1"} if kind == "docker" else {})
+
+
+def test_podman_ids_read_like_dockers():
+    eng = fake("podman", {"x:1": {"Id": "abc123", "Config": {}}})
+    assert eng.image_id("x:1") == "sha256:abc123"
+
+
+def test_a_missing_image_is_one_sentence_naming_the_engine():
+    with pytest.raises(KernellabError, match=r"^the podman engine has no image x:2; build it"):
+        fake("podman", {}).image_id("x:2")
+
+
+def test_engine_choice_follows_the_variable_and_refuses_unknown_names(monkeypatch):
+    from kernellab import engine
+    monkeypatch.setenv("KERNELLAB_ENGINE", "podman")
+    assert engine.current().name == "podman"
+    with pytest.raises(KernellabError, match="unknown engine `dokcer`; use one of docker, podman"):
+        engine.select("dokcer")
 
 
 def test_caller_ids_follow_sudo(monkeypatch):
@@ -133,7 +185,7 @@ def test_arch_coverage(ccs, arch_list, severity):
 
 def test_doctor_checks_are_ordered_and_each_has_a_name():
     names = [name for name, _ in doctor.CHECKS]
-    assert names[:3] == ["docker cli", "docker engine", "buildkit"] and "gpu in containers" in names
+    assert names[:3] == ["engines", "engine", "builds"] and "gpu in containers" in names
     assert len(names) == len(set(names))
 
 

@@ -10,6 +10,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -109,8 +110,8 @@ def test_copy_tar_drops_chosen_members_and_keeps_a_valid_archive():
     long_name = "blobs/sha256/" + "a" * 120  # longer than ustar allows: carried by a PAX header
     members = {"manifest.json": b'[{"Layers": []}]', long_name: os.urandom(3000), "keep/layer.tar": b"k" * 700}
     out = io.BytesIO()
-    summary = transfer._copy_tar(io.BytesIO(_tar(members)), out.write,
-                                 drop=lambda m: m.path == long_name, capture=["manifest.json"])
+    summary = transfer.copy_archive(io.BytesIO(_tar(members)), out.write,
+                                    drop=lambda m: m.path == long_name, capture=["manifest.json"])
     assert summary.complete
     assert summary.dropped == {long_name: "sha256:" + hashlib.sha256(members[long_name]).hexdigest()}
     assert summary.captured["manifest.json"] == members["manifest.json"]
@@ -123,7 +124,7 @@ def test_copy_tar_drops_chosen_members_and_keeps_a_valid_archive():
 
 def test_copy_tar_reports_a_stream_that_stops_early():
     whole = _tar({"a": os.urandom(5000)})
-    summary = transfer._copy_tar(io.BytesIO(whole[:2000]), lambda b: None, drop=lambda m: False)
+    summary = transfer.copy_archive(io.BytesIO(whole[:2000]), lambda b: None, drop=lambda m: False)
     assert not summary.complete
 
 
@@ -131,6 +132,209 @@ def test_read_manifest_refuses_a_foreign_file(tmp_path):
     (tmp_path / "manifest.json").write_text('{"schemaVersion": 2}')
     with pytest.raises(TransferError, match="not a kernellab-bundle/1 manifest"):
         transfer.read_manifest(tmp_path)
+
+
+# ---------------------------------------------------------------- the manifest, typed
+
+# What kernellab wrote before the manifest became typed (a delta bundle, so every part is there).
+OLD_MANIFEST = {
+    "format": "kernellab-bundle/1",
+    "tool": {"name": "kernellab", "version": "0.1.0"},
+    "created": "2025-01-31T12:00:00+00:00",
+    "image": {"id": "sha256:" + "a" * 64, "tags": ["kernellab:cu124", "kernellab:cu124-torch2.5"],
+              "labels": {"kernellab.cuda": "12.4", "kernellab.arch-list": "8.0;9.0"}, "os": "linux",
+              "architecture": "amd64", "size": 123456789, "layout": "docker-legacy"},
+    "layers": [
+        {"diff_id": "sha256:" + "1" * 64, "chain_id": "sha256:" + "1" * 64, "path": "b" * 64 + "/layer.tar",
+         "size": 80000000, "digest": "sha256:" + "1" * 64, "shipped": False},
+        {"diff_id": "sha256:" + "2" * 64, "chain_id": "sha256:" + "3" * 64, "path": "c" * 64 + "/layer.tar",
+         "size": 4096, "digest": "sha256:" + "2" * 64, "shipped": True},
+    ],
+    "delta": {"since": "sha256:" + "d" * 64, "since_tags": ["kernellab:cu124-old"]},
+    "stream": {"compression": "zstd", "level": 3, "tar_bytes": 90000, "bytes": 2048, "sha256": "e" * 64},
+    "chunks": [{"name": "image.tar.zst.000", "size": 1024, "sha256": "f" * 64},
+               {"name": "image.tar.zst.001", "size": 1024, "sha256": "0" * 64}],
+}
+
+
+def test_a_manifest_in_the_old_format_loads_and_writes_back_unchanged(tmp_path):
+    (tmp_path / "manifest.json").write_text(json.dumps(OLD_MANIFEST, indent=2))
+    m = transfer.read_manifest(tmp_path)
+    assert isinstance(m, transfer.Manifest)
+    assert m.image.tags == ["kernellab:cu124", "kernellab:cu124-torch2.5"]
+    assert m.image.labels["kernellab.cuda"] == "12.4"
+    assert [layer.shipped for layer in m.layers] == [False, True] and not m.complete
+    assert m.delta is not None and m.delta.since_tags == ["kernellab:cu124-old"]
+    assert (m.stream.tar_bytes, m.stream.compressed, m.stream.level) == (90000, 2048, 3)
+    assert [c.name for c in m.chunks] == ["image.tar.zst.000", "image.tar.zst.001"]
+    assert m.to_dict() == OLD_MANIFEST
+    assert json.loads(m.to_json()) == OLD_MANIFEST
+    assert transfer.Manifest.from_dict(json.loads(m.to_json())) == m
+
+
+def test_a_full_manifest_round_trips_and_its_sums_are_sha256sum_lines():
+    full = {**OLD_MANIFEST, "delta": None, "layers": [{**layer, "shipped": True} for layer in OLD_MANIFEST["layers"]]}
+    m = transfer.Manifest.from_dict(full)
+    assert m.delta is None and m.complete
+    assert m.to_dict() == full
+    assert m.sums() == f"{'f' * 64}  image.tar.zst.000\n{'0' * 64}  image.tar.zst.001\n"
+    assert m.describe() == "kernellab:cu124, kernellab:cu124-torch2.5 (sha256:aaaaaaaaaaaa)"
+
+
+def test_a_trimmed_manifest_gets_defaults_for_what_import_does_not_need():
+    m = transfer.Manifest.from_dict({"format": transfer.FORMAT, "image": {"id": "sha256:1", "tags": []},
+                                     "layers": [{"diff_id": "sha256:1", "chain_id": "sha256:1", "shipped": True}],
+                                     "chunks": [], "stream": {"tar_bytes": 0, "bytes": 0}})
+    assert m.layers[0].digest == "sha256:1" and m.stream.compression == "zstd" and m.delta is None
+
+
+@pytest.mark.parametrize("change, field", [
+    (lambda d: d["chunks"][1].pop("sha256"), "chunks[1].sha256"),
+    (lambda d: d["stream"].update(tar_bytes="90000"), "stream.tar_bytes"),
+    (lambda d: d["layers"][0].update(shipped="no"), "layers[0].shipped"),
+    (lambda d: d["image"].update(tags="kernellab:cu124"), "image.tags"),
+    (lambda d: d.update(chunks={}), "chunks"),
+    (lambda d: d["layers"].append("sha256:1"), "layers[2]"),
+])
+def test_a_malformed_field_is_named(change, field):
+    data = json.loads(json.dumps(OLD_MANIFEST))
+    change(data)
+    with pytest.raises(TransferError, match=rf"^manifest\.json (lacks|has an invalid) {re.escape(field)}[ ;]"):
+        transfer.Manifest.from_dict(data, "manifest.json")
+
+
+def test_a_chunk_name_outside_the_bundle_is_refused():
+    data = json.loads(json.dumps(OLD_MANIFEST))
+    data["chunks"][0]["name"] = "../../etc/passwd"
+    with pytest.raises(TransferError, match="outside the bundle folder"):
+        transfer.Manifest.from_dict(data)
+
+
+# ---------------------------------------------------------------- the save archive, read by tarfile
+
+
+def _save_archive(layout: str) -> tuple[bytes, list[str], dict[str, bytes]]:
+    """A small save archive as Docker (legacy) or Podman writes it: bytes, diff IDs, layer files.
+
+    Docker: `<v1>/layer.tar` files, a repeated layer as a symlink to its first copy, `repositories`.
+    Podman: `<diff id>.tar` files with `<v1>/layer.tar` symlinks to them, manifest.json naming the
+    `.tar` files, no `repositories`.
+    """
+    contents = [_tar({"etc/hello": b"hello\n"}), _tar({"a": os.urandom(3000)}), _tar({"etc/hello": b"hello\n"})]
+    diff_ids = ["sha256:" + hashlib.sha256(c).hexdigest() for c in contents]
+    buf = io.BytesIO()
+    files: dict[str, bytes] = {}
+    paths: list[str] = []
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as t:
+        def add(name: str, data: bytes | None = None, link: str | None = None) -> None:
+            info = tarfile.TarInfo(name)
+            if link is not None:
+                info.type, info.linkname = tarfile.SYMTYPE, link
+            elif data is None:
+                info.type = tarfile.DIRTYPE
+            else:
+                info.size = len(data)
+            t.addfile(info, io.BytesIO(data) if data is not None else None)
+
+        for i, (content, diff_id) in enumerate(zip(contents, diff_ids)):
+            v1 = f"{i + 1:064x}"
+            hexid = diff_id.split(":")[1]
+            first = diff_ids.index(diff_id) < i
+            if layout == "podman":
+                if not first:
+                    add(f"{hexid}.tar", content)
+                    files[f"{hexid}.tar"] = content
+                add(f"{v1}/")
+                add(f"{v1}/layer.tar", link=f"../{hexid}.tar")
+                paths.append(f"{hexid}.tar")
+            else:
+                add(f"{v1}/")
+                if first:
+                    add(f"{v1}/layer.tar", link=f"../{1:064x}/layer.tar")
+                else:
+                    add(f"{v1}/layer.tar", content)
+                    files[f"{v1}/layer.tar"] = content
+                paths.append(f"{v1}/layer.tar")
+            add(f"{v1}/VERSION", b"1.0")
+        add("c" * 64 + ".json", json.dumps({"rootfs": {"type": "layers", "diff_ids": diff_ids}}).encode())
+        add("manifest.json", json.dumps([{"Config": "c" * 64 + ".json", "RepoTags": ["x:1"], "Layers": paths}]).encode())
+        if layout == "docker":
+            add("repositories", b'{"x": {"1": "' + b"3" * 64 + b'"}}')
+    return buf.getvalue(), diff_ids, files
+
+
+@pytest.mark.parametrize("layout", ["docker", "podman"])
+def test_the_tarfile_reader_passes_a_save_archive_through_and_leaves_out_a_layer(layout):
+    archive, diff_ids, files = _save_archive(layout)
+    base = next(p for p, c in files.items() if "sha256:" + hashlib.sha256(c).hexdigest() == diff_ids[0])
+    out = io.BytesIO()
+    summary = transfer.copy_archive(io.BytesIO(archive), out.write, drop=lambda m: m.path == base,
+                                    capture=["manifest.json"])
+    assert summary.complete and summary.tar_bytes == len(out.getvalue())
+    assert summary.dropped == {base: diff_ids[0]}  # the digest of an uncompressed layer file is its diff ID
+    assert json.loads(summary.captured["manifest.json"])[0]["RepoTags"] == ["x:1"]
+    with tarfile.open(fileobj=io.BytesIO(archive)) as before, tarfile.open(fileobj=io.BytesIO(out.getvalue())) as after:
+        assert after.getnames() == [n for n in before.getnames() if n != base]
+        for member in after.getmembers():
+            original = before.getmember(member.name)
+            assert (member.type, member.linkname, member.size) == (original.type, original.linkname, original.size)
+            if member.isreg():
+                assert after.extractfile(member).read() == before.extractfile(original).read()
+    layers = transfer.stream.layer_records(diff_ids, summary)
+    assert [layer.shipped for layer in layers] == [False, True, False]  # the repeated base is left out too
+    assert [layer.chain_id for layer in layers] == transfer.chain_ids(diff_ids)
+    assert layers[1].size == 10240 and layers[1].digest == diff_ids[1]
+    assert summary.layout == "docker-legacy"
+
+
+def test_the_tarfile_reader_tells_a_broken_off_stream_from_a_finished_one():
+    archive, _, _ = _save_archive("docker")
+    with tarfile.open(fileobj=io.BytesIO(archive)) as t:
+        members = t.getmembers()
+        at_boundary = members[-1].offset  # the stream stops cleanly between two members
+    summary = transfer.copy_archive(io.BytesIO(archive[:at_boundary]), lambda b: None, drop=lambda m: False)
+    assert not summary.complete and "repositories" not in summary.members
+    assert transfer.copy_archive(io.BytesIO(archive), lambda b: None, drop=lambda m: False).complete
+
+
+def test_the_tarfile_reader_refuses_what_is_not_a_tar_archive():
+    with pytest.raises(TransferError, match=r"`podman save` wrote something that is not a tar archive"):
+        transfer.copy_archive(io.BytesIO(b"{" * 4096), lambda b: None, drop=lambda m: False, command="podman save")
+
+
+# ---------------------------------------------------------------- importers, by --to
+
+
+def test_an_unknown_to_is_refused_in_one_sentence_naming_the_choices(tmp_path):
+    with pytest.raises(TransferError) as e:
+        transfer.import_bundle(tmp_path / "no-such-bundle", to="tarball")
+    message = str(e.value)
+    assert message.startswith("--to tarball is not known") and message.endswith(".")
+    assert ". " not in message and message.count(".") == 1  # one sentence
+    for choice in ("sif", "sqsh", "docker", "podman"):
+        assert choice in message
+    assert set(transfer.IMPORTERS) == {None, "docker", "podman", "sif", "sqsh"}
+
+
+def test_podman_is_not_handed_a_delta_bundle(app_bundle_stub):
+    from fake_engine import fake
+
+    manifest = json.loads((app_bundle_stub / "manifest.json").read_text())
+    manifest["layers"][0]["shipped"] = False
+    (app_bundle_stub / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(TransferError, match="delta bundle and podman loads only complete archives"):
+        transfer.import_bundle(app_bundle_stub, engine=fake("podman"))
+
+
+# ---------------------------------------------------------------- the receiver, by doctor's rules
+
+
+def test_check_target_uses_doctors_minor_version_rule():
+    # CUDA 12.4 runs on drivers from 525.60.13 through minor-version compatibility (docker/matrix.toml).
+    mvc = [f.message for f in transfer.check_target(LABELS, _fingerprint("530.30.02", "9.0")) if f.severity == "warning"]
+    assert len(mvc) == 1 and "only through minor-version compatibility" in mvc[0]
+    old = [f.message for f in transfer.check_target(LABELS, _fingerprint("470.57.02", "9.0")) if f.severity == "warning"]
+    assert len(old) == 1 and "upgrade the driver there" in old[0]
 
 
 # ---------------------------------------------------------------- through the engine
@@ -202,9 +406,9 @@ def _unload(images) -> None:
 def test_round_trip_keeps_image_id_tags_and_labels(images, app_bundle):
     before = _inspect(images["app"])
     manifest = transfer.read_manifest(app_bundle)
-    assert len(manifest["chunks"]) > 2
-    assert manifest["image"]["labels"]["kernellab.lock-sha256"] == "abc123"
-    assert [layer["diff_id"] for layer in manifest["layers"]] == before["RootFS"]["Layers"]
+    assert len(manifest.chunks) > 2
+    assert manifest.image.labels["kernellab.lock-sha256"] == "abc123"
+    assert [layer.diff_id for layer in manifest.layers] == before["RootFS"]["Layers"]
     assert (app_bundle / "README.txt").read_text().count(app_bundle.name) >= 1
     _unload(images)
 
@@ -287,14 +491,14 @@ def test_delta_bundle_is_smaller_and_loads_where_the_old_image_is(images, app_bu
     new_id = _build(images["app2"], ctx, f"FROM {images['app']}\nCOPY b /b\n")
     full = transfer.export_image(images["app2"], tmp_path / "full")
     saves = []
-    real_pipe_from = transfer.proc.pipe_from
-    monkeypatch.setattr(transfer.proc, "pipe_from", lambda argv, **kw: saves.append(argv) or real_pipe_from(argv, **kw))
+    real_pipe_from = proc.pipe_from
+    monkeypatch.setattr(proc, "pipe_from", lambda argv, **kw: saves.append(argv) or real_pipe_from(argv, **kw))
     delta = transfer.export_image(images["app2"], tmp_path / "delta", since=app_bundle / "manifest.json")
     assert len(saves) == 2  # the first pass left out the same-size stranger, the second kept it
     full_m, delta_m = transfer.read_manifest(full), transfer.read_manifest(delta)
-    assert delta_m["stream"]["bytes"] * 5 < full_m["stream"]["bytes"]
-    assert [layer["shipped"] for layer in delta_m["layers"]] == [False, False, False, True]
-    assert delta_m["delta"]["since"] == transfer.read_manifest(app_bundle)["image"]["id"]
+    assert delta_m.stream.compressed * 5 < full_m.stream.compressed
+    assert [layer.shipped for layer in delta_m.layers] == [False, False, False, True]
+    assert delta_m.delta.since == transfer.read_manifest(app_bundle).image.id
 
     _rmi(images["app2"])  # the receiver has the old image (app) but not the new one
     assert transfer.import_bundle(delta).image_id == new_id == _image_id(images["app2"])

@@ -5,7 +5,6 @@ UID/GID (nothing in mounted folders becomes root-owned), the GPU in the best ava
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 import uuid
@@ -13,6 +12,7 @@ from pathlib import Path
 from typing import Sequence
 
 from . import ROOT, cache_root, gpu, images, proc
+from .engine import Engine, resolve_engine
 from .errors import KernellabError
 
 WORKSPACE = "/workspace"
@@ -36,25 +36,17 @@ def _prepare_cache(path: Path, uid: int, gid: int) -> None:
             os.chown(d, uid, gid)
 
 
-def best_gpu_mode() -> str | None:
+def best_gpu_mode(engine: Engine | None = None) -> str | None:
     """The best way to hand GPUs to containers here, or None when there is no GPU to hand."""
     if not gpu.host_gpus():
         return None
+    eng = resolve_engine(engine)
     try:
-        info = images.engine().info()
-    except Exception:  # no engine, or one that does not answer `info`: modes from the host alone
-        info = {}
-    modes = gpu.available_modes(info)
+        info = eng.info()
+    except KernellabError:  # no engine, or one that does not answer `info`: modes from the host alone
+        info = None
+    modes = gpu.available_modes(info, eng.gpu_modes)
     return modes[0] if modes else None
-
-
-def _image_env(image: str) -> dict[str, str]:
-    out = proc.run(["docker", "image", "inspect", "--format", "{{json .Config.Env}}", image]).stdout
-    env = {}
-    for item in json.loads(out) or []:
-        k, _, v = item.partition("=")
-        env[k] = v
-    return env
 
 
 def run_argv(
@@ -69,53 +61,47 @@ def run_argv(
     env: dict[str, str] | None = None,
     network: str | None = None,
     name: str | None = None,
+    engine: Engine | None = None,
 ) -> list[str]:
-    """The `docker run` command line for one container (pure apart from reading the image's env)."""
+    """The engine's `run` command line for one container (pure apart from inspecting the image)."""
+    eng = resolve_engine(engine)
     uid, gid = user or caller_ids()
     cache = cache or cache_root()
-    argv = ["docker", "run", "--rm", "--init", "--shm-size", "8g", "--user", f"{uid}:{gid}",
-            "-v", f"{repo.resolve()}:{WORKSPACE}", "-v", f"{cache.resolve()}:{CACHE}", "-w", WORKSPACE]
-    if interactive:
-        argv += ["-it"] if sys.stdin.isatty() else ["-i"]
-    if network:
-        argv += ["--network", network]
-    if name:
-        argv += ["--name", name]
     # kernellab's own switches (KERNELLAB_OPS, KERNELLAB_REQUIRE_GPU, ...) reach the container too,
-    # by name only: docker reads the values from its environment, so `ps` never shows them.
-    for k in sorted(os.environ):
-        if k.startswith("KERNELLAB_") and k not in ("KERNELLAB_CACHE", "KERNELLAB_IMAGE_ID"):
-            argv += ["-e", k]
+    # by name only: the engine reads the values from its environment, so `ps` never shows them.
+    pass_env = [k for k in sorted(os.environ)
+                if k.startswith("KERNELLAB_") and k not in ("KERNELLAB_CACHE", "KERNELLAB_IMAGE_ID", "KERNELLAB_ENGINE")]
     full_env = {"HOME": f"{CACHE}/home", "USER": os.environ.get("USER", "kernellab") or "kernellab",
                 "KERNELLAB_CACHE": CACHE, "PYTHONPATH": f"{WORKSPACE}/src",
-                "PIP_CACHE_DIR": f"{CACHE}/pip", "KERNELLAB_IMAGE_ID": images.image_id(image)}
+                "PIP_CACHE_DIR": f"{CACHE}/pip", "KERNELLAB_IMAGE_ID": eng.image_id(image)}
+    extra: list[str] = []
     if gpu_mode:
-        gpu_args, gpu_env = gpu.docker_gpu_args(gpu_mode)
-        argv += gpu_args
-        image_env = _image_env(image)
+        extra, gpu_env = gpu.container_gpu_args(eng, gpu_mode)
+        image_env = eng.env(image)
         for k, v in gpu_env.items():
             # Library and binary paths are appended to the image's own, never replace them.
             if k in ("PATH", "LD_LIBRARY_PATH") and image_env.get(k):
                 v = f"{image_env[k]}:{v}"
             full_env[k] = v
     full_env.update(env or {})
-    for k, v in full_env.items():
-        argv += ["-e", f"{k}={v}"]
-    return argv + [image, *command]
+    return eng.run_argv(image, command, user=(uid, gid), workdir=WORKSPACE, network=network, name=name,
+                        mounts=(f"{repo.resolve()}:{WORKSPACE}", f"{cache.resolve()}:{CACHE}"),
+                        interactive=interactive, tty=interactive and sys.stdin.isatty(),
+                        pass_env=pass_env, env=full_env, extra=extra)
 
 
 def run(image: str, command: Sequence[str] = (), *, gpu: bool | str = True, interactive: bool = False,
         user: tuple[int, int] | None = None, env: dict[str, str] | None = None, network: str | None = None,
-        repo: Path = ROOT) -> int:
+        repo: Path = ROOT, engine: Engine | None = None) -> int:
     """Run command in a container of image, streaming its output; return its exit code.
 
     gpu: True = the best mode found (none if this machine has no GPU), False = no GPU,
     or a mode name ("nvidia", "cdi", "devices") to force one.
     """
-    images.engine()
-    if not images.image_exists(image):
-        raise KernellabError(f"image {image} does not exist; build it with `invoke build-image` first.")
-    mode = (best_gpu_mode() if gpu is True else None) if not isinstance(gpu, str) else gpu
+    eng = resolve_engine(engine).require()
+    if not eng.exists(image):
+        raise KernellabError(f"image {image} does not exist in {eng.name}; build it with `invoke build-image` first.")
+    mode = (best_gpu_mode(eng) if gpu is True else None) if not isinstance(gpu, str) else gpu
     if isinstance(gpu, str) and gpu not in gpu_mode_names():
         raise KernellabError(f"unknown GPU mode `{gpu}`; use one of {', '.join(gpu_mode_names())}.")
     uid, gid = user or caller_ids()
@@ -123,10 +109,10 @@ def run(image: str, command: Sequence[str] = (), *, gpu: bool | str = True, inte
     _prepare_cache(cache, uid, gid)
     name = f"kernellab-{uuid.uuid4().hex[:12]}"
     argv = run_argv(image, command, interactive=interactive, gpu_mode=mode, user=(uid, gid), cache=cache,
-                    env=env, network=network, repo=repo, name=name)
+                    env=env, network=network, repo=repo, name=name, engine=eng)
     code = proc.call(argv)
     if code == 130:  # Ctrl-C: the client may be gone while the container runs on, holding the GPU
-        proc.run(["docker", "rm", "-f", name], check=False)
+        eng.remove_container(name)
     return code
 
 

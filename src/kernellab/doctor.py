@@ -10,8 +10,8 @@ import shutil
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
-from . import __version__, gpu, images, network
-from .errors import DockerError, KernellabError
+from . import __version__, engine, gpu, images, kinds, network
+from .errors import KernellabError
 from .resolve import Spec, covers
 from .targets import load, vkey
 
@@ -37,48 +37,52 @@ def check(name: str) -> Callable[[Check], Check]:
     return register
 
 
-@check("docker cli")
-def _cli(ctx: dict[str, Any]) -> Finding:
-    path = shutil.which("docker")
-    if not path:
-        return Finding("docker cli", FAIL, "the docker CLI is not installed", "run `make engine` (installs docker.io)")
-    return Finding("docker cli", OK, f"docker CLI at {path}")
+@check("engines")
+def _engines(ctx: dict[str, Any]) -> Finding:
+    found = [e.name for e in engine.answering()]
+    ctx["engines"] = found
+    if not found:
+        return Finding("engines", FAIL, "no container engine answers (docker, podman)",
+                       "run `make engine` (as root) for Docker, or install podman + uidmap for rootless Podman")
+    return Finding("engines", OK, f"answering: {', '.join(found)}")
 
 
-@check("docker engine")
+@check("engine")
 def _engine(ctx: dict[str, Any]) -> Finding:
+    eng = engine.current()
+    ctx["engine"] = eng.name
     try:
-        client = images.engine()
-        try:
-            ctx["docker_info"] = client.info()
-            v = client.version()
-        except Exception as e:  # the SDK's own errors: the engine answered ping but not this
-            raise DockerError(f"the Docker engine did not answer `info` ({type(e).__name__})") from None
-        ctx["docker"] = {"version": v.get("Version"), "api": v.get("ApiVersion"),
-                         "root": ctx["docker_info"].get("DockerRootDir"),
-                         "runtimes": sorted((ctx["docker_info"].get("Runtimes") or {}).keys())}
-        return Finding("docker engine", OK, f"Docker engine {v.get('Version')} is running")
+        info = eng.require().info()
     except KernellabError as e:
-        return Finding("docker engine", FAIL, str(e).split(";")[0], "run `make engine` (as root) or start your Docker service")
+        return Finding("engine", FAIL, str(e).split(";")[0], str(e).split(";", 1)[-1].strip())
+    ctx["engine_info"] = info
+    ctx["docker"] = {"engine": info.name, "version": info.version, "root": info.root, "rootless": info.rootless,
+                     "runtimes": list(info.runtimes)}
+    mode = "rootless " if info.rootless else ""
+    return Finding("engine", OK, f"using {mode}{info.name} {info.version} (--engine or KERNELLAB_ENGINE to choose)")
 
 
-@check("buildkit")
+@check("builds")
 def _buildkit(ctx: dict[str, Any]) -> Finding:
+    eng = engine.current()
+    if not isinstance(eng, engine.Docker):
+        return Finding("builds", OK, f"builds run through `{eng.cli} build`")
     try:
-        cli = images.builder()
+        cli = eng.builder()
     except KernellabError as e:
-        return Finding("buildkit", FAIL, str(e).split(";")[0], "install docker-buildx or Debian's docker.io client")
-    return Finding("buildkit", OK, f"BuildKit builds through `{' '.join(cli[:2])}`")
+        return Finding("builds", FAIL, str(e).split(";")[0], "install docker-buildx or Debian's docker.io client")
+    return Finding("builds", OK, f"BuildKit builds through `{' '.join(cli[:2])}`")
 
 
 @check("disk")
 def _disk(ctx: dict[str, Any]) -> Finding:
-    root = (ctx.get("docker_info") or {}).get("DockerRootDir") or "/var/lib/docker"
+    info = ctx.get("engine_info")
+    root = info.root if info is not None and info.root else "/var/lib/docker"
     probe = root if os.path.exists(root) else "/"
     free_gb = shutil.disk_usage(probe).free / 1e9
     msg = f"{free_gb:.0f} GB free under {root}"
     if free_gb < 5:
-        return Finding("disk", FAIL, msg, "free space: `docker system prune` or move Docker's data-root")
+        return Finding("disk", FAIL, msg, "free space: `docker system prune` (or `podman system prune`), or move the data root")
     if free_gb < 30:
         return Finding("disk", WARN, msg + " (a CUDA image needs 10-20 GB)", "free space before building CUDA images")
     return Finding("disk", OK, msg)
@@ -125,11 +129,14 @@ def _archs(ctx: dict[str, Any]) -> Finding:
 
 
 def arch_finding(ccs: list[str], arch_list: str, cpu_only: bool = False) -> Finding:
-    """Whether every GPU capability is covered by an image's TORCH_CUDA_ARCH_LIST."""
+    """Whether every GPU capability is covered by an image's TORCH_CUDA_ARCH_LIST.
+
+    The list may be separated by ";" (the variable), spaces or commas (as image labels have it).
+    """
     if cpu_only:
         return Finding("arch coverage", WARN, "the target is CPU-only: the GPU will not be used",
                        "build a GPU target, e.g. `invoke build-image --target cu130-pip`")
-    archs = [a for a in arch_list.split(";") if a]
+    archs = arch_list.replace(";", " ").replace(",", " ").split()
     missing = sorted({cc for cc in ccs if not covers(archs, cc)}, key=vkey)
     if missing:
         return Finding("arch coverage", FAIL, f"GPU capability {', '.join(missing)} is not in the arch list {arch_list}",
@@ -141,10 +148,10 @@ def arch_finding(ccs: list[str], arch_list: str, cpu_only: bool = False) -> Find
 def _modes(ctx: dict[str, Any]) -> Finding:
     if not ctx.get("gpus"):
         return Finding("gpu in containers", INFO, "no GPU to hand to containers")
-    modes = gpu.available_modes(ctx.get("docker_info"))
+    modes = gpu.available_modes(ctx.get("engine_info"), engine.current().gpu_modes)
     ctx["gpu_modes"] = modes
     if not modes:
-        return Finding("gpu in containers", FAIL, "no way to give containers the GPU: no NVIDIA runtime, no CDI spec, "
+        return Finding("gpu in containers", FAIL, f"no way to give {ctx.get('engine', 'engine')} containers the GPU: no NVIDIA runtime, no CDI spec, "
                        "and no /dev/nvidia* nodes with driver libraries",
                        "install the NVIDIA Container Toolkit, or make /dev/nvidia* and the driver libraries visible")
     detail = {"nvidia": "NVIDIA runtime (--gpus)", "cdi": "CDI (--device nvidia.com/gpu=all)",
@@ -168,20 +175,10 @@ def _base(ctx: dict[str, Any]) -> Finding:
     spec: Spec | None = ctx.get("spec")
     if spec is None:
         return Finding("base image", INFO, f"no target resolved: {ctx.get('spec_error', 'none given')}")
-    if "docker_info" not in ctx:
+    if "engine_info" not in ctx:
         return Finding("base image", WARN, f"cannot check {spec.base} without an engine")
-    if spec.base.startswith("debootstrap:"):
-        from .render import base_tag  # noqa: PLC0415
-        if images.image_exists(base_tag(spec.base)):
-            return Finding("base image", OK, f"{base_tag(spec.base)} is present")
-        if shutil.which("debootstrap"):
-            return Finding("base image", OK, f"{base_tag(spec.base)} will be made with debootstrap on first build")
-        return Finding("base image", FAIL, f"{base_tag(spec.base)} is missing and debootstrap is not installed",
-                       "`apt-get install debootstrap` (make setup does)")
-    if images.image_exists(spec.base):
-        return Finding("base image", OK, f"{spec.base} is present")
-    return Finding("base image", WARN, f"{spec.base} is not present; the build will try to pull it",
-                   f"without registry access: `invoke import-image DIR` of a bundle with {spec.base}")
+    status = kinds.get(spec.kind).base_status(spec, engine.current())  # the kind knows how its base is made
+    return Finding("base image", status.severity, status.message, status.remedy)
 
 
 def run(target: str | None = None) -> tuple[list[Finding], dict[str, Any]]:

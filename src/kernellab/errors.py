@@ -21,8 +21,12 @@ class ResolveError(KernellabError):
     exit_code = 2
 
 
-class DockerError(KernellabError):
-    """The Docker engine is missing, unreachable or refused an operation."""
+class EngineError(KernellabError):
+    """The container engine (Docker or Podman) is missing, unreachable or refused an operation."""
+
+
+#: The name the Docker-only code used; the same error.
+DockerError = EngineError
 
 
 class BuildError(KernellabError):

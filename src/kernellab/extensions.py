@@ -5,6 +5,12 @@ build's *commands* (source paths, flags, arch list, torch/CUDA/Python versions) 
 contents: editing one `.cu` keeps the folder, and ninja recompiles only that file and relinks.
 A compile error becomes an ExtensionError with the compiler's own lines; a library that needs a
 symbol no source defines is caught at load, with the symbol demangled.
+
+A failed build is remembered per build folder with a fingerprint of what it compiled (the sources,
+every header they include from their folder or the include dirs, the compilers): until that
+changes, the same error is raised again without compiling, in this process and in the next ones
+(`failure.json` in the build folder). Without this, torch's in-process versioner skips ninja for
+unchanged sources after a failure and tries to load a library that was never built.
 """
 from __future__ import annotations
 
@@ -13,12 +19,13 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 from . import ROOT, cache_root, proc
 from .errors import ExtensionError
@@ -29,6 +36,8 @@ CUDA_FLAGS = ("-O3", "-lineinfo", "-Xptxas=-v")
 CXX_FLAGS = ("-O3",)
 #: Peak memory of one compile job with torch headers (nvcc or g++), for sizing MAX_JOBS.
 GIB_PER_JOB = 1.5
+#: In the build folder: the last failed build's fingerprint and error, while its inputs are unchanged.
+FAILURE_RECORD = "failure.json"
 
 
 @dataclass(frozen=True)
@@ -112,6 +121,8 @@ def build(
     """Compile (only what changed) and load an extension whose sources register ops with TORCH_LIBRARY.
 
     `name` must be a C identifier: it becomes TORCH_EXTENSION_NAME, the namespace under torch.ops.
+    Sources that failed to build before and have not changed since raise the same ExtensionError
+    again, without compiling.
     """
     from torch.utils import cpp_extension
 
@@ -121,38 +132,186 @@ def build(
     os.environ.setdefault("MAX_JOBS", str(max_jobs()))
     directory = build_directory(name, sources, cuda=cuda, include_dirs=include_dirs)
     directory.mkdir(parents=True, exist_ok=True)
+    fingerprint = inputs_fingerprint(sources, include_dirs, cuda=cuda)
+    known = _known_failure(directory, fingerprint)
+    if known is not None:
+        if verbose:
+            sys.stdout.write(f"{name}: unchanged since its failed build ({directory / 'build.log'}); not compiling\n")
+        raise ExtensionError(known)
+
+    def load() -> Path:
+        return Path(cpp_extension.load(
+            name=name,
+            sources=[str(s) for s in sources],
+            extra_cflags=list(CXX_FLAGS),
+            extra_cuda_cflags=list(CUDA_FLAGS) if cuda else None,
+            extra_include_paths=[str(d) for d in include_dirs],
+            build_directory=str(directory),
+            verbose=True,  # ninja then writes to fd 1, which _captured_output() collects
+            with_cuda=cuda,
+            is_python_module=False,
+        ))
 
     started_wall, started = time.time(), time.perf_counter()
     failure: BaseException | None = None
     library: Path | None = None
     with _captured_output() as captured:
         try:
-            library = Path(cpp_extension.load(
-                name=name,
-                sources=[str(s) for s in sources],
-                extra_cflags=list(CXX_FLAGS),
-                extra_cuda_cflags=list(CUDA_FLAGS) if cuda else None,
-                extra_include_paths=[str(d) for d in include_dirs],
-                build_directory=str(directory),
-                verbose=True,  # ninja then writes to fd 1, which _captured_output() collects
-                with_cuda=cuda,
-                is_python_module=False,
-            ))
+            library = load()
         except (RuntimeError, OSError) as e:
             failure = e
+        if failure is not None and not _is_compile_error(failure) and _rebuild_skipped(name, directory):
+            # torch compiled nothing (same source text as its failed call earlier in this process, only a
+            # header changed, or another process held the build lock and failed): compile for real once,
+            # so the error is the compiler's and not a missing library's.
+            _force_rebuild(name)
+            failure = None
+            try:
+                library = load()
+            except (RuntimeError, OSError) as e:
+                failure = e
     seconds = time.perf_counter() - started
     log = captured.text
     if verbose:
         sys.stdout.write(log)
     if failure is not None:
         (directory / "build.log").write_text(log)
-        raise _explain(name, failure, log, directory) from None
+        error = _explain(name, failure, log, directory)
+        _remember_failure(directory, fingerprint, error, failure, log)
+        raise error from None
     assert library is not None
+    _forget_failure(directory)
     compiled = library.stat().st_mtime >= started_wall
     if compiled:  # keep the last real build's log, not a later "no work to do"
         (directory / "build.log").write_text(log)
     resources = _update_resources(directory, log, sources)
     return Build(library.stem, library, directory, seconds, compiled, resources)
+
+
+def inputs_fingerprint(sources: Sequence[Path], include_dirs: Sequence[Path] = (), *, cuda: bool) -> str:
+    """A hash of what a build compiles that its folder's key leaves out: the sources' contents, the
+    headers they include (from the including file's folder or the include dirs, transitively), and
+    which compilers, by path, size and time. Headers found nowhere there (torch's, the system's) count
+    by name: the folder's key already covers the torch version and the flags.
+    """
+    digest = hashlib.sha256()
+    dirs = [Path(d).resolve() for d in include_dirs]
+    pending = sorted({Path(s).resolve() for s in sources})
+    seen: set[Path] = set()
+    while pending:
+        path = pending.pop(0)
+        if path in seen:
+            continue
+        seen.add(path)
+        try:
+            text = path.read_bytes()
+        except OSError:
+            digest.update(f"unreadable {path}\n".encode())
+            continue
+        digest.update(f"file {path} {hashlib.sha256(text).hexdigest()}\n".encode())
+        for quote, header in _INCLUDE.findall(text.decode(errors="replace")):
+            where = ([path.parent] if quote == '"' else []) + dirs
+            found = next((d / header for d in where if (d / header).is_file()), None)
+            if found is None:
+                digest.update(f"elsewhere {quote}{header}\n".encode())
+            else:
+                pending.append(found.resolve())
+    compilers = [os.environ.get("CXX", "c++")] + ([_nvcc()] if cuda else [])
+    for compiler in compilers:
+        found_at = shutil.which(compiler) if compiler else None
+        if found_at:
+            st = Path(found_at).resolve().stat()
+            digest.update(f"compiler {Path(found_at).resolve()} {st.st_size} {st.st_mtime_ns}\n".encode())
+        else:
+            digest.update(f"compiler {compiler} not found\n".encode())
+    return digest.hexdigest()
+
+
+def _nvcc() -> str:
+    from torch.utils import cpp_extension
+
+    home = getattr(cpp_extension, "CUDA_HOME", None)
+    return str(Path(home) / "bin" / "nvcc") if home else "nvcc"
+
+
+#: Failures remembered in this process, by build folder: (fingerprint, message).
+_FAILED: dict[Path, tuple[str, str]] = {}
+
+
+def _known_failure(directory: Path, fingerprint: str) -> str | None:
+    """The message of the failed build of these very inputs, from this process or from the folder's record."""
+    remembered = _FAILED.get(directory)
+    if remembered is not None and remembered[0] == fingerprint:
+        return remembered[1]
+    try:
+        record = json.loads((directory / FAILURE_RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    if isinstance(record, dict) and record.get("fingerprint") == fingerprint and isinstance(record.get("message"), str):
+        _FAILED[directory] = (fingerprint, record["message"])
+        return record["message"]
+    return None
+
+
+def _remember_failure(directory: Path, fingerprint: str, error: ExtensionError, failure: BaseException,
+                      log: str) -> None:
+    """Keep a failure that the same inputs would meet again; forget one that a retry may not meet."""
+    compile_error = _is_compile_error(failure) and not _TRANSIENT.search(log)
+    # In this process also an undefined symbol: retrying its load would only fail the same way.
+    if not (compile_error or _UNDEFINED.search(f"{failure} {failure.__cause__ or ''}")):
+        _forget_failure(directory)
+        return
+    _FAILED[directory] = (fingerprint, str(error))
+    if compile_error:
+        # On disk too, so the next process (the next pytest, `invoke bench` after `invoke test`) gets
+        # the compiler's error at once instead of compiling the same sources again to meet it.
+        # Only compile errors: the fingerprint holds what a compiler reads, not what a loader finds.
+        record = {"fingerprint": fingerprint, "message": str(error),
+                  "when": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        tmp = directory / f".{FAILURE_RECORD}.{os.getpid()}"
+        try:
+            tmp.write_text(json.dumps(record, indent=1))
+            tmp.replace(directory / FAILURE_RECORD)  # atomic: a concurrent reader sees all or nothing
+        except OSError:
+            pass  # a read-only cache still has the in-process memory
+
+
+def _is_compile_error(failure: BaseException) -> bool:
+    return str(failure).startswith("Error building extension")
+
+
+def _forget_failure(directory: Path) -> None:
+    _FAILED.pop(directory, None)
+    with contextlib.suppress(OSError):
+        (directory / FAILURE_RECORD).unlink()
+
+
+def _versioner() -> Any:
+    """torch's in-process record of each extension's source hash and version (None if torch changed it)."""
+    from torch.utils import cpp_extension
+
+    versioner = getattr(cpp_extension, "JIT_EXTENSION_VERSIONER", None)
+    return versioner if isinstance(getattr(versioner, "entries", None), dict) else None
+
+
+def _rebuild_skipped(name: str, directory: Path) -> bool:
+    """True when the library torch just tried to load does not exist: it ran no build, or one that failed
+    elsewhere. (A compile failure of its own raises before loading, and is not this.)"""
+    versioner = _versioner()
+    if versioner is None:
+        return False
+    version = versioner.get_version(name)
+    stem = f"{name}_v{version}" if version else name
+    return not any((directory / f"{stem}{suffix}").exists() for suffix in (".so", ".dylib", ".pyd"))
+
+
+def _force_rebuild(name: str) -> None:
+    # A stale hash makes cpp_extension run ninja again, under the next versioned name (name_vN):
+    # a library of the old name may be loaded in this process already and cannot be replaced.
+    versioner = _versioner()
+    entry = versioner.entries.get(name) if versioner is not None else None
+    if entry is not None:
+        versioner.entries[name] = entry._replace(hash=None)
 
 
 def demangle(symbols: Sequence[str]) -> list[str]:
@@ -219,13 +378,17 @@ _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) b
 _USED = re.compile(r"Used (\d+) registers")
 _SMEM = re.compile(r"(\d+) bytes smem")
 _UNDEFINED = re.compile(r"undefined symbol: (\S+)")
+_INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]', re.MULTILINE)
+#: Compile failures that say nothing about the sources: a retry may well succeed, so none is remembered.
+_TRANSIENT = re.compile(r"Killed signal|internal compiler error|No space left on device|"
+                        r"virtual memory exhausted|Cannot allocate memory|out of memory", re.IGNORECASE)
 
 
 def _explain(name: str, error: BaseException, log: str, directory: Path) -> ExtensionError:
     text = str(error)
     if error.__cause__ is not None:  # torch.ops.load_library wraps the loader's OSError
         text += f": {error.__cause__}"
-    if text.startswith("Error building extension"):
+    if _is_compile_error(error):
         messages = compiler_messages(log) or text
         return ExtensionError(f"{name} does not compile:\n{messages}\n(full log: {directory / 'build.log'})")
     if m := _UNDEFINED.search(text):

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from . import proc
+from .engine import Engine, EngineInfo
 from .errors import KernellabError
 
 #: Driver libraries a CUDA program (and nvidia-smi / NVML) needs from the host.
@@ -96,33 +97,27 @@ def driver_files() -> dict[str, str]:
     return files
 
 
-def available_modes(docker_info: dict[str, Any] | None) -> list[str]:
-    """GPU modes that can work here, best first: nvidia runtime, CDI, bare device nodes + libraries."""
+def available_modes(info: EngineInfo | None, engine_modes: tuple[str, ...] = MODES) -> list[str]:
+    """GPU modes that can work here with an engine, best first: nvidia runtime, CDI, device nodes + libraries."""
     modes = []
-    info = docker_info or {}
-    if "nvidia" in (info.get("Runtimes") or {}):
+    if info is not None and "nvidia" in info.runtimes:
         modes.append("nvidia")
-    cdi_dirs = info.get("CDISpecDirs") or []
+    cdi_dirs = info.cdi_dirs if info is not None else ()
     if cdi_dirs and any(glob.glob(f"{d}/*nvidia*") for d in cdi_dirs):
         modes.append("cdi")
     if device_nodes() and any("libcuda.so" in c for c in driver_files().values()) or \
             (device_nodes() and DRIVER_DIR.is_dir()):
         modes.append("devices")
-    return modes
+    return [m for m in modes if m in engine_modes]
 
 
-def docker_gpu_args(mode: str, gpus: str = "all") -> tuple[list[str], dict[str, str]]:
-    """`docker run` flags and environment that attach the GPUs in mode."""
-    if mode == "nvidia":
-        return ["--gpus", gpus], {"NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
-    if mode == "cdi":
-        return ["--device", f"nvidia.com/gpu={gpus}"], {}
-    if mode == "devices":
-        args: list[str] = []
-        for node in device_nodes():
-            args += ["--device", node]
-        for host, inside in driver_files().items():
-            args += ["-v", f"{host}:{inside}:ro"]
+def container_gpu_args(engine: Engine, mode: str, gpus: str = "all") -> tuple[list[str], dict[str, str]]:
+    """The engine's `run` flags and environment that attach the GPUs in mode."""
+    if mode not in MODES:
+        raise ValueError(f"unknown GPU mode {mode!r}; use one of {', '.join(MODES)}")
+    devices = mode == "devices"
+    args, env = engine.gpu_args(mode, driver_files() if devices else {}, device_nodes() if devices else (), gpus)
+    if devices:
         # Appended to the image's own values by kernellab.containers.
-        return args, {"LD_LIBRARY_PATH": f"{DRIVER_DIR}/lib64:{DRIVER_DIR}/lib", "PATH": f"{DRIVER_DIR}/bin"}
-    raise ValueError(f"unknown GPU mode {mode!r}; use one of {', '.join(MODES)}")
+        env = {**env, "LD_LIBRARY_PATH": f"{DRIVER_DIR}/lib64:{DRIVER_DIR}/lib", "PATH": f"{DRIVER_DIR}/bin"}
+    return args, env

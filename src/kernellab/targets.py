@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +20,6 @@ else:  # pragma: no cover
 
 DOCKER_DIR = ROOT / "docker"
 
-TARGET_KEYS = {
-    "description", "cuda", "gpu", "torch", "python", "llvm", "gcc", "os", "base", "toolkit",
-    "pip", "apt", "default_for", "rendered",
-}
 
 
 def vkey(version: str) -> tuple[int, ...]:
@@ -105,6 +101,86 @@ class Os:
 
 
 @dataclass(frozen=True)
+class Target:
+    """A named target from docker/targets.toml: a frozen choice of versions under a short name.
+
+    A field left out (None or empty) is resolved to the newest compatible choice from matrix.toml.
+    """
+
+    name: str
+    description: str = ""
+    cuda: str | None = None
+    gpu: tuple[str, ...] = ()
+    torch: str | None = None
+    python: str | None = None
+    llvm: str | None = None
+    gcc: int | None = None
+    os: str | None = None
+    base: str | None = None            # an image with PyTorch, or an OS base such as debootstrap:<suite>
+    toolkit: str | None = None         # where CUDA comes from: "image" or "pip"
+    pip: tuple[str, ...] = ()          # extra packages
+    apt: tuple[str, ...] = ()
+    default_for: str | None = None     # "cpu" or "gpu": what `invoke build-image` picks on such a machine
+    rendered: bool = False             # its Dockerfile is committed under docker/rendered/NAME/
+
+
+#: The keys a [target.NAME] table may have.
+TARGET_KEYS = tuple(f.name for f in fields(Target) if f.name != "name")
+_STRING_KEYS = ("description", "cuda", "torch", "python", "llvm", "os", "base", "toolkit")
+_VERSION_KEYS = ("cuda", "torch", "python", "llvm")
+_DEFAULT_FOR = ("cpu", "gpu")
+
+
+def parse_target(name: str, table: Any) -> Target:
+    """Check one [target.NAME] table and make it a Target; ConfigError (one sentence) if malformed."""
+    where = f"target `{name}` in targets.toml"
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where} must be a table (`[target.{name}]`), not {_shown(table)}.")
+    unknown = sorted(set(table) - set(TARGET_KEYS))
+    if unknown:
+        raise ConfigError(f"{where} has unknown keys {unknown}; known keys: {sorted(TARGET_KEYS)}.")
+    values: dict[str, Any] = {}
+    for key, value in table.items():
+        if key in _STRING_KEYS:
+            if key == "llvm" and isinstance(value, int) and not isinstance(value, bool):
+                value = str(value)  # a major version alone is unambiguous
+            if not isinstance(value, str):
+                why = " (quote versions: as a number, 3.10 is 3.1)" if key in _VERSION_KEYS else ""
+                raise ConfigError(f"{where}: `{key}` must be a string such as {key} = \"{_example(key)}\", "
+                                  f"not {_shown(value)}{why}.")
+        elif key == "gcc":
+            if isinstance(value, str) and value.isdigit():
+                value = int(value)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ConfigError(f"{where}: `gcc` must be a major version such as gcc = 12, not {_shown(value)}.")
+        elif key in ("gpu", "pip", "apt"):
+            if isinstance(value, str) and key == "gpu":
+                value = [value]
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ConfigError(f"{where}: `{key}` must be a list of strings such as {key} = [\"{_example(key)}\"], "
+                                  f"not {_shown(value)}.")
+            value = tuple(value)
+        elif key == "default_for":
+            if value not in _DEFAULT_FOR:
+                raise ConfigError(f"{where}: `default_for` must be \"cpu\" or \"gpu\", not {_shown(value)}.")
+        elif key == "rendered":
+            if not isinstance(value, bool):
+                raise ConfigError(f"{where}: `rendered` must be true or false, not {_shown(value)}.")
+        values[key] = value
+    return Target(name=name, **values)
+
+
+def _shown(value: Any) -> str:
+    return f"{type(value).__name__} {value!r}"
+
+
+def _example(key: str) -> str:
+    return {"cuda": "12.4", "torch": "2.5.1", "python": "3.11", "llvm": "17", "os": "ubuntu22.04",
+            "base": "debootstrap:bookworm", "toolkit": "image", "description": "what it is for",
+            "gpu": "a100", "pip": "scipy", "apt": "cmake"}.get(key, "...")
+
+
+@dataclass(frozen=True)
 class Matrix:
     gpus: dict[str, Gpu]
     cuda: dict[str, Cuda]
@@ -114,7 +190,7 @@ class Matrix:
     torch_index: str
     image_pip: tuple[str, ...]
     image_apt: tuple[str, ...]
-    targets: dict[str, dict[str, Any]]
+    targets: dict[str, Target]
 
     def gpu(self, name: str) -> Gpu | None:
         n = name.strip().lower()
@@ -186,11 +262,7 @@ def load(docker_dir: Path = DOCKER_DIR) -> Matrix:
             if os_key not in oses:
                 raise ConfigError(f'[cuda."{c.version}".images] names OS "{os_key}", which has no [os."{os_key}"] table.')
     image = raw.get("image", {})
-    targets = _read(docker_dir / "targets.toml").get("target", {})
-    for name, t in targets.items():
-        unknown = set(t) - TARGET_KEYS
-        if unknown:
-            raise ConfigError(f"target `{name}` in targets.toml has unknown keys {sorted(unknown)}; known keys: {sorted(TARGET_KEYS)}.")
+    targets = {name: parse_target(name, t) for name, t in _read(docker_dir / "targets.toml").get("target", {}).items()}
     return Matrix(
         gpus=gpus, cuda=cuda, torch=torch, llvm=llvm, os=oses,
         torch_index=raw.get("index", {}).get("torch", ""),

@@ -21,7 +21,7 @@ REASONS = {
     0x10: "sync_boost", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown",
     0x80: "hw_power_brake_slowdown", 0x100: "display_clock_setting",
 }
-#: A median SM clock under this fraction of the maximum is reported as a sag (bench-method.md).
+#: A median SM clock under this fraction of the maximum is reported as a sag (docs/bench.md).
 SAG_FRACTION = 0.9
 
 
@@ -129,7 +129,7 @@ def open_probe(uuid: str) -> tuple[Probe | None, str]:
     for kind in (NvmlProbe, SmiProbe):
         try:
             return kind(uuid), ""
-        except Exception as e:  # noqa: BLE001 - a missing reader is reported, never fatal
+        except Exception as e:  # a missing reader is reported, never fatal
             why.append(f"{kind.source}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
     return None, "; ".join(why)
 
@@ -176,7 +176,7 @@ class ClockMonitor:
         while not self._halt.is_set():
             try:
                 self.samples.append(self.probe.read())
-            except Exception as e:  # noqa: BLE001 - keep timing; report the reader's failure once
+            except Exception as e:  # keep timing; report the reader's failure once
                 if not self.errors:
                     self.errors.append(str(e).splitlines()[0] if str(e) else type(e).__name__)
             self._halt.wait(interval)
@@ -220,7 +220,7 @@ def _nvml_uuid(uuid: str) -> str:
 def _maybe(read: Any) -> Any:
     try:
         return read()
-    except Exception:  # noqa: BLE001 - optional figures some GPUs do not report
+    except Exception:  # optional figures some GPUs do not report
         return None
 
 

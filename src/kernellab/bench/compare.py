@@ -3,11 +3,18 @@
 A row is slower when the bootstrap interval of new/old median excludes 1 and the change exceeds
 max(3%, 2x the noisier run's spread) (stats.compare_samples). An op that was correct and now is
 not counts as a regression too. Environment differences are warned about, never hidden.
+
+Two runs on different machines (another GPU, driver or clocks; another host for CPU runs) cannot
+be compared in absolute time: a second H100 of the same model is often a few percent slower or
+faster at everything. Then each candidate is judged by its time relative to a baseline measured
+in the same run (interleaved with it, so both saw the same machine), and the report says so.
+A run made with -k is compared only over the ops it selected.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 from . import environment, results, stats
 
@@ -20,24 +27,66 @@ class Report:
     new_run: str
     rows: list[dict[str, Any]] = field(default_factory=list)
     environment: list[str] = field(default_factory=list)
+    #: What differs between the two machines; non-empty means candidates were timed relative to baselines.
+    machine: list[str] = field(default_factory=list)
+    #: The new run's -k, and how many rows of the old run it left out.
+    select: str | None = None
+    left_out: int = 0
 
     @property
     def regressions(self) -> list[dict[str, Any]]:
         return [r for r in self.rows if r["verdict"] in REGRESSIONS]
+
+    @property
+    def relative(self) -> bool:
+        return bool(self.machine)
 
 
 def _key(row: dict[str, Any]) -> tuple[str, str, str, str]:
     return row["op"], results.shape_label(row["shape"]), row["dtype"], row["impl"]
 
 
+def machine_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """What makes two runs' machines differ for timing: GPU, its UUID, driver and clocks (the host without a GPU)."""
+    def gpu(env: dict[str, Any]) -> dict[str, Any]:
+        return env.get("gpu") or {}
+
+    def clocks(env: dict[str, Any]) -> dict[str, Any]:
+        # The reader (nvml or nvidia-smi) is not the clock; the maximum and application clocks are.
+        return {k: v for k, v in (gpu(env).get("clocks") or {}).items() if k != "source"}
+
+    pairs = [
+        ("GPU", gpu(old).get("name"), gpu(new).get("name")),
+        ("GPU UUID", gpu(old).get("uuid"), gpu(new).get("uuid")),
+        ("driver", gpu(old).get("driver"), gpu(new).get("driver")),
+        *[(k, clocks(old).get(k), clocks(new).get(k)) for k in sorted(set(clocks(old)) | set(clocks(new)))],
+        ("clocks locked", (old.get("clock_lock") or {}).get("locked"), (new.get("clock_lock") or {}).get("locked")),
+    ]
+    if not gpu(old) and not gpu(new):
+        pairs.append(("host", old.get("host"), new.get("host")))
+    return [f"{label}: {a} -> {b}" for label, a, b in pairs if a != b]
+
+
 def compare(old: dict[str, Any], new: dict[str, Any]) -> Report:
     """Match rows by (op, shape, dtype, impl) and give each a verdict."""
-    report = Report(old["run"], new["run"], environment=environment.differences(old["environment"], new["environment"]))
+    report = Report(old["run"], new["run"], environment=environment.differences(old["environment"], new["environment"]),
+                    machine=machine_differences(old["environment"], new["environment"]), select=new.get("select"))
     if old.get("timer") != new.get("timer"):
         report.environment.insert(0, f"timer: {old.get('timer')} -> {new.get('timer')}")
     olds = {_key(r): r for r in old["rows"]}
     news = {_key(r): r for r in new["rows"]}
-    for key in list(news) + [k for k in olds if k not in news]:
+    # A run made with -k has rows for every op it selected (a skipped or failed op still gets rows),
+    # so an old op without a single new row was not selected: it is out of scope, not gone.
+    selected = {r["op"] for r in new["rows"]}
+    keys = list(news)
+    for k in olds:
+        if k in news:
+            continue
+        if report.select and k[0] not in selected:
+            report.left_out += 1
+        else:
+            keys.append(k)
+    for key in keys:
         a, b = olds.get(key), news.get(key)
         row: dict[str, Any] = dict(zip(("op", "shape", "dtype", "impl"), key))
         row.update(old_ms=_median(a), new_ms=_median(b))
@@ -54,12 +103,82 @@ def compare(old: dict[str, Any], new: dict[str, Any]) -> Report:
         elif a.get("timer") != b.get("timer"):
             row["verdict"] = "not comparable"
             row["why"] = f"timer {a.get('timer')} vs {b.get('timer')}"
+        elif report.relative:
+            row.update(_relative_row(a, b, olds, news))
         else:
-            v = stats.compare_samples(a["samples_ms"], b["samples_ms"])
-            row.update(verdict=v.verdict, change=v.change, lo=v.ratio.lo - 1.0, hi=v.ratio.hi - 1.0,
-                       threshold=v.threshold)
+            row.update(_verdict_fields(stats.compare_samples(a["samples_ms"], b["samples_ms"])))
         report.rows.append(row)
     return report
+
+
+def _verdict_fields(v: stats.Verdict) -> dict[str, Any]:
+    return {"verdict": v.verdict, "change": v.change, "lo": v.ratio.lo - 1.0, "hi": v.ratio.hi - 1.0,
+            "threshold": v.threshold}
+
+
+def _relative_row(a: dict[str, Any], b: dict[str, Any], olds: dict, news: dict) -> dict[str, Any]:
+    """The verdict of one timed row when the machines differ: candidates against a same-run baseline."""
+    if a.get("role") == "baseline":
+        # A baseline is the yardstick: its own change is the machine's, shown but never a verdict.
+        v = stats.compare_samples(a["samples_ms"], b["samples_ms"])
+        return {"verdict": "reference", "why": f"the candidates' yardstick; {v.change:+.1%} in absolute time"}
+    for base in _baselines(a, olds):
+        old_base, new_base = olds.get(_key(a)[:3] + (base,)), news.get(_key(a)[:3] + (base,))
+        if old_base is not None and new_base is not None and _timed_like(old_base, a) and _timed_like(new_base, a):
+            v = compare_relative(a["samples_ms"], old_base["samples_ms"], b["samples_ms"], new_base["samples_ms"])
+            return {**_verdict_fields(v), "baseline": base, "why": f"time relative to {base}"}
+    return {"verdict": "not comparable", "why": "other machine, and no baseline timed in both runs"}
+
+
+def _timed_like(base: dict[str, Any], row: dict[str, Any]) -> bool:
+    return base["status"] == "ok" and bool(base.get("samples_ms")) and base.get("timer") == row.get("timer")
+
+
+def _baselines(row: dict[str, Any], rows: dict) -> list[str]:
+    """The baselines a candidate was timed with, in the op's order (eager first)."""
+    names = list(row.get("speedups") or {})
+    case = _key(row)[:3]
+    names += [k[3] for k, r in rows.items() if k[:3] == case and r.get("role") == "baseline" and k[3] not in names]
+    return names
+
+
+def compare_relative(old_cand: Sequence[float], old_base: Sequence[float], new_cand: Sequence[float],
+                     new_base: Sequence[float], *, level: float = 0.95, resamples: int = 2000,
+                     seed: int = 0) -> stats.Verdict:
+    """Judge (new candidate / new baseline) / (old candidate / old baseline), like stats.compare_samples.
+
+    Above 1 is slower relative to the baseline. The interval is a percentile bootstrap with each of
+    the four sample sets resampled on its own (seeded: same samples, same interval). A ratio of two
+    timings spreads by both noises in quadrature, so each run's noise is that, and the threshold is
+    max(3%, 2x the noisier run's), as for absolute times.
+    """
+    import numpy as np
+
+    sets = [np.asarray(xs, dtype=float) for xs in (new_cand, new_base, old_cand, old_base)]
+    if any(xs.size == 0 for xs in sets):
+        raise ValueError("a relative comparison needs samples in all four sets")
+    rng = np.random.default_rng(seed)
+    nc, nb, oc, ob = (stats._boot_medians(xs, resamples, rng) for xs in sets)
+    medians = [float(np.median(xs)) for xs in sets]
+    value = (medians[0] / medians[1]) / (medians[2] / medians[3])
+    alpha = (1.0 - level) / 2.0
+    lo, hi = np.quantile((nc / nb) / (oc / ob), [alpha, 1.0 - alpha])
+    ratio = stats.Ratio(value=value, lo=float(lo), hi=float(hi), level=level)
+    noise = max(math.hypot(stats.robust_noise(new_cand), stats.robust_noise(new_base)),
+                math.hypot(stats.robust_noise(old_cand), stats.robust_noise(old_base)))
+    return _judge(ratio, noise)
+
+
+def _judge(ratio: stats.Ratio, noise: float) -> stats.Verdict:
+    # The rule of stats.compare_samples, applied to a ratio that is not new/old of one sample set.
+    threshold = max(stats.MIN_EFFECT, stats.NOISE_FACTOR * noise)
+    if ratio.lo > 1.0 and ratio.value - 1.0 > threshold:
+        verdict = "slower"
+    elif ratio.hi < 1.0 and 1.0 / ratio.value - 1.0 > threshold:
+        verdict = "faster"
+    else:
+        verdict = "same"
+    return stats.Verdict(verdict=verdict, ratio=ratio, threshold=threshold, noise=noise)
 
 
 def _median(row: dict[str, Any] | None) -> float | None:
@@ -72,10 +191,19 @@ def to_markdown(report: Report) -> str:
     if report.environment:
         out += ["WARNING: the environments differ, so part of any change may be the machine, not the code:",
                 *[f"- {d}" for d in report.environment], ""]
+    if report.relative:
+        out += [relative_line(report), ""]
+    if report.left_out:
+        out += [f"Only ops matching -k {report.select!r} were run: {report.left_out} row"
+                f"{'s' if report.left_out != 1 else ''} of other ops in {report.old_run} left out.", ""]
     n = len(report.regressions)
+    rule = ("A change counts when its 95% interval excludes 0 and new/old (slower) or old/new (faster) "
+            "exceeds 1 + threshold, where threshold = max(3%, 2x the noisier run's spread).")
+    if report.relative:
+        rule += (" For a candidate, new/old is (new time / new baseline time) / (old time / old baseline time); "
+                 "a baseline's own change is shown as `reference`.")
     out += [f"{n} significant regression{'s' if n != 1 else ''}." if n else "No significant regression.", "",
-            "A change counts when its 95% interval excludes 0 and new/old (slower) or old/new (faster) "
-            "exceeds 1 + threshold, where threshold = max(3%, 2x the noisier run's spread).", ""]
+            rule, ""]
     out += ["| op | shape | dtype | impl | old | new | change [95% CI] | threshold | verdict |",
             "|---|---|---|---|---|---|---|---|---|"]
     for r in report.rows:
@@ -87,3 +215,9 @@ def to_markdown(report: Report) -> str:
         out.append(f"| {r['op']} | {r['shape']} | {r['dtype']} | {r['impl']} | {results.fmt_time(r['old_ms'])} | "
                    f"{results.fmt_time(r['new_ms'])} | {change} | {threshold} | {verdict.replace('|', '/')} |")
     return "\n".join(out) + "\n"
+
+
+def relative_line(report: Report) -> str:
+    """One line: candidates were judged against their baselines, because of what differed."""
+    return (f"Compared relative to baselines: the runs were made on different machines ({'; '.join(report.machine)}), "
+            "so each candidate is judged by its time / its baseline's time in the same run, not by absolute times.")

@@ -12,9 +12,9 @@ import matplotlib
 import matplotlib.ticker
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from . import results  # noqa: E402
+from . import results
 
 
 def write(folder: Path, doc: dict[str, Any]) -> list[Path]:

@@ -15,12 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Callable
 
-from .. import ROOT, extensions
+from .. import ROOT, extensions, tolerances
 from ..errors import BenchError
-from . import clocks, environment, lock, results, roofline, stats, timing
-
-#: (atol, rtol) when an op declares none for a dtype (docs/bench-method.md).
-DEFAULT_TOLERANCES = {"float32": (1e-4, 1e-4), "float16": (1e-3, 1e-3), "bfloat16": (1e-2, 1e-2)}
+from . import clocks, environment, gpu_mutex, results, roofline, stats, timing
 
 
 @dataclass(frozen=True)
@@ -75,7 +72,7 @@ def run(options: Options, *, catalog: Any = None, log: IO[str] | None = None) ->
         "settings": settings.to_dict(), "environment": env, "peaks": None,
         "datasheet": roofline.datasheet(gpu["name"]) if gpu else None, "rows": [], "warnings": [],
     }
-    with lock.gpu_lock(cache, key, label=f"{gpu['name']} {key}" if gpu else key, out=log):
+    with gpu_mutex.exclusive_gpu(cache, key, label=f"{gpu['name']} {key}" if gpu else key, out=log):
         if device == "cuda":
             print("calibrating peaks (copy bandwidth, cuBLAS GEMM) ...", file=log, flush=True)
             doc["peaks"] = roofline.calibrate(cache, key, (gpu or {}).get("driver"),
@@ -126,7 +123,7 @@ def bench_op(spec: Any, catalog: Any, ctx: Context) -> list[dict[str, Any]]:
         t0 = time.perf_counter()
         module = catalog.load(spec)
         load_s = time.perf_counter() - t0
-    except Exception as e:  # noqa: BLE001 - one op failing to build must not stop the others
+    except Exception as e:  # one op failing to build must not stop the others
         progress.skip(len(cases))
         return [_row(spec, shape, dtype, "all", "-", "error", f"load failed: {_oneline(e)}") for shape, dtype in cases]
     rows = []
@@ -149,10 +146,11 @@ def bench_case(spec: Any, module: Any, shape: dict[str, int], dtype: str, ctx: C
     try:
         inputs = module.make_inputs(shape, dtype, device, spec.seeds[0] if spec.seeds else 0)
         expected = module.reference(*inputs)
-    except Exception as e:  # noqa: BLE001 - a shape the op cannot make is a row, not a crash
+    except Exception as e:  # a shape the op cannot make is a row, not a crash
         return [_row(spec, shape, dtype, n, role, "error", f"inputs/reference failed: {_oneline(e)}")
                 for n, role, _ in impls]
-    atol, rtol = (spec.tolerances or {}).get(dtype) or DEFAULT_TOLERANCES.get(dtype, (1e-4, 1e-4))
+    # The same (atol, rtol) as tests/test_kernels.py: the op's [tolerances], else kernellab.tolerances.
+    atol, rtol = tolerances.for_dtype(dtype, spec.tolerances)
     rows: dict[str, dict[str, Any]] = {}
     fns: dict[str, timing.Fn] = {}
     for name, role, fn in impls:
@@ -168,7 +166,7 @@ def bench_case(spec: Any, module: Any, shape: dict[str, int], dtype: str, ctx: C
     t0 = time.perf_counter()
     try:
         measured = timing.measure(fns, ctx.settings, device=device)
-    except Exception as e:  # noqa: BLE001 - e.g. out of memory at the largest shape
+    except Exception as e:  # e.g. out of memory at the largest shape
         for name in fns:
             rows[name].update(status="error", reason=f"timing failed: {_oneline(e)}")
         return list(rows.values())
@@ -206,13 +204,13 @@ def check(fn: Callable[..., Any], inputs: tuple, expected: Any, *, atol: float, 
         out = fn(*work)
         if any(isinstance(x, torch.Tensor) and x.is_cuda for x in work):
             torch.cuda.synchronize()
-    except Exception as e:  # noqa: BLE001 - an implementation that raises gets a row saying so
+    except Exception as e:  # an implementation that raises gets a row saying so
         return "error", _oneline(e)
     for i, (a, b) in enumerate(zip(inputs, work)):
         if isinstance(a, torch.Tensor) and not torch.equal(a, b):
             return "wrong", f"input {i} was modified"
     try:
-        torch.testing.assert_close(out, expected, atol=atol, rtol=rtol, check_dtype=False)
+        torch.testing.assert_close(out, expected, atol=atol, rtol=rtol)  # as strict as the tests: dtype too
     except AssertionError as e:
         return "wrong", f"does not match reference (atol={atol:g}, rtol={rtol:g}): {_oneline(e, 3)}"
     return "ok", ""

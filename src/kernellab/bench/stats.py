@@ -6,8 +6,8 @@ resampled medians from their exact distribution, so its cost does not grow with 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Sequence
 
 #: A change smaller than this is never called a regression, however tight the interval.
 MIN_EFFECT = 0.03
@@ -145,7 +145,7 @@ def ratio_of_medians(
     return Ratio(value=value, lo=float(lo), hi=float(hi), level=level)
 
 
-def _boot_medians(xs, resamples: int, rng):  # type: ignore[no-untyped-def]
+def _boot_medians(xs, resamples: int, rng):
     """Medians of `resamples` bootstrap resamples of xs, drawn exactly in O(resamples).
 
     Resampling n values = drawing n uniform indices floor(n*U); floor is monotone, so the j-th

@@ -17,8 +17,9 @@ plateaued; whatever is still running after `timeout_s` per function stops with r
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 from . import stats
 
@@ -33,7 +34,7 @@ MAX_SPIN_MS = 2.0
 
 @dataclass(frozen=True)
 class Settings:
-    """How long and how carefully to measure. The defaults follow docs/bench-method.md."""
+    """How long and how carefully to measure. docs/bench.md describes the defaults."""
 
     min_samples: int = 10
     min_time_s: float = 0.5         # of measured time, per function
@@ -274,7 +275,7 @@ class _CudaTimer(_Timer):
             with torch.cuda.graph(flush_only):
                 for _ in range(s.graph_calls):
                     self.flush()
-        except Exception as e:  # noqa: BLE001 - any capture failure only loses this extra figure
+        except Exception as e:  # any capture failure only loses this extra figure
             torch.cuda.synchronize()
             return None, f"not capturable: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
         graphs = [("both", both.replay), ("flush", flush_only.replay)]

@@ -2,38 +2,50 @@
 
 Every task is declared with `kernellab.cli.task`, which turns a KernellabError into one clear
 line on stderr and a non-zero exit (no traceback for user mistakes). `collection()` assembles
-all task modules into the root namespace that `tasks.py` exposes.
+the task modules listed in MODULES into the root namespace that `tasks.py` exposes; a listed
+module that fails to import is an error, never a silently missing task.
 """
 from __future__ import annotations
 
 import functools
 import importlib
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from invoke import Collection, Exit
 from invoke import task as invoke_task
 from invoke.tasks import Task
 
+from .. import engine
 from ..errors import KernellabError
 
-#: Task modules, in the order `invoke --list` shows them.
+#: Every task module (kernellab.cli.<name>), in the order `invoke --list` shows them. A new module is added here.
 MODULES = ("images", "containers", "doctor", "kernels", "bench", "transfer")
 
 
+#: Help for the `--engine` flag of every task that uses a container engine.
+ENGINE_HELP = "container engine: docker or podman (default: invoke config kernellab.engine, KERNELLAB_ENGINE, " \
+              "else the first that answers)"
+
+
 def task(*args: Any, **kwargs: Any) -> Any:
-    """Like invoke's @task, but KernellabError becomes `Exit(message, code)`."""
+    """Like invoke's @task, but KernellabError becomes `Exit(message, code)`.
+
+    The engine is chosen here, once per task: its `--engine` flag if it has one, else invoke config
+    `kernellab.engine`, else KERNELLAB_ENGINE (kernellab.engine.current()).
+    """
 
     def decorate(fn: Callable[..., Any]) -> Task:
         @functools.wraps(fn)
-        def body(*a: Any, **kw: Any) -> Any:
+        def body(c: Any, *a: Any, **kw: Any) -> Any:
             try:
-                return fn(*a, **kw)
+                engine.select(kw.get("engine") or c.config.get("kernellab", {}).get("engine"))
+                return fn(c, *a, **kw)
             except KernellabError as e:
                 raise Exit(f"kernellab: {e}", code=e.exit_code) from None
             except KeyboardInterrupt:
                 raise Exit("kernellab: interrupted; nothing was tagged or left half-written.", code=130) from None
 
-        return invoke_task(body, **kwargs)
+        return cast(Task, invoke_task(body, **kwargs))  # invoke's task() is typed as returning a Callable
 
     if len(args) == 1 and callable(args[0]) and not kwargs:
         return decorate(args[0])
@@ -46,14 +58,14 @@ def configured_target(c: Any, target: str | None = None) -> str | None:
 
 
 def collection() -> Collection:
+    """The root namespace: every task of every module in MODULES."""
     ns = Collection()
     for name in MODULES:
         try:
             module = importlib.import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError as e:
-            if e.name == f"{__name__}.{name}":
-                continue  # a task module not written yet
-            raise
+        except ImportError as e:
+            raise ImportError(f"kernellab: the task module {__name__}.{name} (listed in {__name__}.MODULES) "
+                              f"failed to import: {type(e).__name__}: {e}", name=e.name, path=e.path) from e
         for obj in vars(module).values():
             if isinstance(obj, Task) and obj.__module__ == module.__name__:
                 ns.add_task(obj)

@@ -1,7 +1,6 @@
 """Tasks: shell, test."""
 from __future__ import annotations
 
-import shlex
 import sys
 
 from invoke import Exit
@@ -19,16 +18,25 @@ def _gpu(gpu_mode):
     return False if gpu_mode == "none" else gpu_mode
 
 
+def shell_argv(cmd: str | None) -> list[str]:
+    """What the container runs: bash, or --cmd as one bash command line (`cd build && make` works).
+
+    --cmd goes to bash whole, as with `docker run IMAGE sh -c CMD`, so operators, pipes, quotes and
+    variables mean what they mean in a shell (and bash reports its own syntax errors). Not a login
+    shell (-l): Debian's /etc/profile, read by login shells, resets PATH and would hide the image's
+    /opt/venv/bin and CUDA bin, which the image puts on PATH through ENV.
+    """
+    return ["bash", "-c", cmd] if cmd else ["bash"]
+
+
 @task(help={"target": "named target (default: this machine's)", "image": "run this image instead of a target's",
             "gpu_mode": GPU_MODE_HELP, "cmd": "a command to run instead of an interactive shell"})
 def shell(c, target=None, image=None, gpu_mode=None, cmd=None):
     """Open a shell (or run --cmd) in a target's container: repo at /workspace, your UID, the GPU."""
+    if cmd is not None and not cmd.strip():
+        raise KernellabError("--cmd is empty; give a command line, or leave --cmd out for an interactive shell.")
     ref = image or images.image_for_target(configured_target(c, target))
-    try:
-        argv = shlex.split(cmd) if cmd else ["bash"]
-    except ValueError as e:
-        raise KernellabError(f"--cmd is not a valid command line ({e}); check its quotes.") from None
-    code = containers.run(ref, argv, gpu=_gpu(gpu_mode), interactive=cmd is None)
+    code = containers.run(ref, shell_argv(cmd), gpu=_gpu(gpu_mode), interactive=cmd is None)
     if code:
         raise Exit(code=code)
 

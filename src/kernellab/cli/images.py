@@ -70,7 +70,7 @@ def write_rendered(check: bool = False) -> list[str]:
     matrix = targets.load()
     stale = []
     for name, t in matrix.targets.items():
-        if not t.get("rendered"):
+        if not t.rendered:
             continue
         spec = resolve(matrix, target=name)  # the matrix's own torch index, never the environment's
         dest = render.RENDERED_DIR / name

@@ -5,7 +5,7 @@ import sys
 import time
 from typing import Any
 
-from .. import transfer
+from .. import engine, transfer
 from . import task
 
 
@@ -39,7 +39,7 @@ def _resolve_image(image: str) -> str:
     """An image reference as given, or the image of the named target of that name."""
     from .. import images, targets
 
-    if images.image_exists(image) or image not in targets.load().targets:
+    if engine.current().exists(image) or image not in targets.load().targets:
         return image
     return images.image_for_target(image)
 
@@ -64,24 +64,25 @@ def export_image(c: Any, image: str, output: str = "bundles",
     warnings = _check(ref, check_target) if check_target else []
     meter = _Meter()
     # The engine gathers all layers before the first byte flows (minutes for a large image).
-    print(f"Exporting {ref} into {output}/ (docker save prepares the layers first) ...", file=sys.stderr)
+    print(f"Exporting {ref} into {output}/ ({engine.current().name} save prepares the layers first) ...",
+          file=sys.stderr)
     try:
         bundle = transfer.export_image(ref, output, chunk_size=chunk_size, level=int(level), since=since,
                                        progress=meter)
     finally:
         meter.done()
     m = transfer.read_manifest(bundle)
-    ratio = m["stream"]["bytes"] / max(m["stream"]["tar_bytes"], 1)
-    shipped = sum(1 for layer in m["layers"] if layer["shipped"])
-    print(f"Wrote {bundle}: {len(m['chunks'])} chunk(s), {m['stream']['bytes'] / 1e6:,.1f} MB "
-          f"({ratio:.0%} of {m['stream']['tar_bytes'] / 1e6:,.1f} MB), {shipped} of {len(m['layers'])} layers.")
+    ratio = m.stream.compressed / max(m.stream.tar_bytes, 1)
+    shipped = sum(1 for layer in m.layers if layer.shipped)
+    print(f"Wrote {bundle}: {len(m.chunks)} chunk(s), {m.stream.compressed / 1e6:,.1f} MB "
+          f"({ratio:.0%} of {m.stream.tar_bytes / 1e6:,.1f} MB), {shipped} of {len(m.layers)} layers.")
     print(f"Copy the folder, then on the receiver: invoke import-image {bundle.name}  (see its README.txt)")
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr)
 
 
 def _check(ref: str, fingerprint_path: str) -> list[str]:
-    labels = (transfer.inspect_image(ref).get("Config") or {}).get("Labels") or {}
+    labels = engine.current().labels(ref)
     findings = transfer.check_target(labels, transfer.load_fingerprint(fingerprint_path))
     for f in findings:
         print(f"{f.severity}: {f.message}", file=sys.stderr)
@@ -93,13 +94,14 @@ def _check(ref: str, fingerprint_path: str) -> list[str]:
 @task(
     help={
         "bundle": "the bundle folder (as copied from the sender)",
-        "to": "convert instead of loading into Docker: sif (Apptainer) or sqsh (enroot)",
+        "to": "convert instead of loading into the engine: sif (Apptainer) or sqsh (enroot); "
+              "or docker/podman to load into that engine",
         "output": "with --to: the file to write (default: ./BUNDLE.sif or ./BUNDLE.sqsh)",
     },
     positional=["bundle"],  # required: invoke only fills positionals that have no default
 )
 def import_image(c: Any, bundle: str, to: str | None = None, output: str | None = None) -> None:
-    """Verify a bundle chunk by chunk, then load it into Docker or convert it (--to sif|sqsh)."""
+    """Verify a bundle chunk by chunk, then load it into the engine or convert it (--to sif|sqsh)."""
     meter = _Meter()
     try:
         result = transfer.import_bundle(bundle, to=to, output=output, progress=meter)

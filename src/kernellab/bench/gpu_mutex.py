@@ -1,8 +1,9 @@
-"""One benchmark per GPU at a time: a second run waits on a file lock and says who holds it.
+"""One benchmark per GPU at a time: a second run waits for the first and says who holds the GPU.
 
-The lock lives under $KERNELLAB_CACHE/locks/, a host folder that containers mount too, so runs in
-different containers and native runs on one GPU exclude each other. The kernel drops an flock
-when its holder dies, so a crashed run never leaves a stale lock behind.
+(Not to be confused with an image's lock, docker/locks/<target>.json: that pins packages.)
+The mutex is an flock on a file under $KERNELLAB_CACHE/locks/, a host folder that containers
+mount too, so runs in different containers and native runs on one GPU exclude each other. The
+kernel drops an flock when its holder dies, so a crashed run never leaves a stale mutex behind.
 """
 from __future__ import annotations
 
@@ -11,23 +12,25 @@ import os
 import re
 import socket
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO
 
 
-def lock_path(directory: Path, key: str) -> Path:
+def mutex_path(directory: Path, key: str) -> Path:
+    """The file whose flock is the mutex of GPU `key` under cache folder `directory`."""
     return directory / "locks" / f"gpu-{re.sub(r'[^A-Za-z0-9._-]', '_', key)}.lock"
 
 
 @contextlib.contextmanager
-def gpu_lock(directory: Path, key: str, *, label: str = "", out: IO[str] | None = None) -> Iterator[Path]:
-    """Hold the lock of GPU `key` (its UUID) for the block; wait, saying so, while another run has it."""
+def exclusive_gpu(directory: Path, key: str, *, label: str = "", out: IO[str] | None = None) -> Iterator[Path]:
+    """Have GPU `key` (its UUID) to this run for the block; wait, saying so, while another run has it."""
     try:
         import fcntl
     except ImportError:  # Windows: no flock; benchmarks there run unguarded
         yield Path(os.devnull)
         return
-    path = lock_path(directory, key)
+    path = mutex_path(directory, key)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+") as f:
         try:

@@ -1,0 +1,235 @@
+"""Choices every kind makes the same way: GPUs, CUDA, PyTorch, Python, gcc, LLVM and OS from the matrix.
+
+Each function picks the newest compatible choice or raises ResolveError with one sentence that names
+the conflict and the nearest valid choice; an unknown name gets the closest known one ("did you mean").
+"""
+from __future__ import annotations
+
+import difflib
+import re
+from typing import Iterable, Sequence
+
+from ..errors import ResolveError
+from ..resolve import covers
+from ..targets import Cuda, Gpu, Matrix, Os, Torch, vkey
+
+
+def known(items: Iterable[str]) -> str:
+    return ", ".join(sorted(items, key=vkey))
+
+
+def span(versions: Sequence[str]) -> str:
+    vs = sorted(versions, key=vkey)
+    if not vs:
+        return "none"
+    return vs[0] if len(vs) == 1 else f"{vs[0]}–{vs[-1]}"
+
+
+def closest(word: str, candidates: Iterable[str]) -> str | None:
+    """The known name most like word (difflib), or None; among equally similar versions, the nearest."""
+    w = str(word).strip().lower()
+    scored = []
+    for c in dict.fromkeys(candidates):
+        ratio = difflib.SequenceMatcher(None, w, c.lower()).ratio()
+        if ratio >= 0.6 and c.lower() != w:
+            scored.append((ratio, -_distance(w, c), c))
+    return max(scored)[2] if scored else None
+
+
+def did_you_mean(word: str, candidates: Iterable[str]) -> str:
+    """" (did you mean X?)" for the closest known name, or "" when nothing is close."""
+    best = closest(word, candidates)
+    return f" (did you mean {best}?)" if best else ""
+
+
+def _distance(a: str, b: str) -> float:
+    """How far apart the version numbers in two names are ("ubuntu20.04" is nearer 18.04 than 24.04)."""
+    pa, pb = [int(n) for n in re.findall(r"\d+", a)], [int(n) for n in re.findall(r"\d+", b)]
+    if not pa or not pb:
+        return 0.0
+    return abs(sum(p / 1000.0 ** i for i, p in enumerate(pa)) - sum(p / 1000.0 ** i for i, p in enumerate(pb)))
+
+
+# --------------------------------------------------------------------------- GPUs and CUDA
+
+def gpus(matrix: Matrix, names: list[str]) -> tuple[Gpu, ...] | None:
+    """The GPUs named (sorted by capability), or None for a CPU-only request (`--gpu cpu`)."""
+    if not names:
+        raise ResolveError("no GPU given; name the GPU(s) the image must run on, e.g. `--gpu a100` "
+                           "(several: `--gpu a100,h100`), or `--gpu cpu` for a CPU-only image.")
+    if any(n.lower() == "cpu" for n in names):
+        if len(names) > 1:
+            raise ResolveError("`--gpu cpu` builds a CPU-only image and cannot be combined with GPUs; drop one.")
+        return None
+    out: list[Gpu] = []
+    for n in names:
+        g = matrix.gpu(n)
+        if g is None:
+            listed = ", ".join(f"{g.key} ({g.cc})" for g in sorted(matrix.gpus.values(), key=lambda g: vkey(g.cc)))
+            names_known = [name for g in matrix.gpus.values() for name in (g.key, *g.aliases)]
+            raise ResolveError(f"unknown GPU `{n}`{did_you_mean(n, [*names_known, 'cpu'])}; known GPUs: {listed}, "
+                               f"or cpu. Add a new one to docker/matrix.toml.")
+        if g not in out:
+            out.append(g)
+    return tuple(sorted(out, key=lambda g: vkey(g.cc)))
+
+
+def ccs(gpus: Sequence[Gpu]) -> tuple[str, ...]:
+    return tuple(sorted({g.cc for g in gpus}, key=vkey))
+
+
+def cuda(matrix: Matrix, version: str) -> Cuda:
+    v = str(version).strip()
+    if v in matrix.cuda:
+        return matrix.cuda[v]
+    for c in matrix.cuda.values():
+        if v == c.full:
+            return c
+    raise ResolveError(f"unknown CUDA version `{v}`{did_you_mean(v, matrix.cuda)}; known: {known(matrix.cuda)}.")
+
+
+def cuda_for(matrix: Matrix, requested: str | None, gpus: Sequence[Gpu]) -> Cuda:
+    """The requested CUDA, else the newest that targets every GPU and has a base image or PyPI toolkit."""
+    if requested:
+        chosen = cuda(matrix, requested)
+    else:
+        able = [c for c in matrix.cuda.values() if all(g.cc in c.archs for g in gpus) and (c.images or c.pip)]
+        if not able:
+            raise ResolveError(f"no CUDA version in the matrix can target all of {', '.join(g.key for g in gpus)}; "
+                               f"build separate images.")
+        chosen = max(able, key=lambda c: vkey(c.version))
+    check_archs(matrix, chosen, gpus)
+    return chosen
+
+
+def check_archs(matrix: Matrix, cuda: Cuda, gpus: Sequence[Gpu]) -> None:
+    """Refuse a GPU the toolkit cannot emit code for, saying only what the matrix knows."""
+    for g in gpus:
+        if g.cc in cuda.archs:
+            continue
+        able = sorted((c.version for c in matrix.cuda.values() if g.cc in c.archs), key=vkey)
+        if not able:
+            raise ResolveError(f"no CUDA version in the matrix can target {g.name} ({g.sm}); add one to docker/matrix.toml.")
+        if vkey(cuda.version) > vkey(able[-1]):
+            hint = f"the newest CUDA in the matrix that can target it is {able[-1]}; use --cuda {able[-1]}"
+        elif vkey(cuda.version) < vkey(able[0]):
+            hint = f"the oldest CUDA in the matrix that can target it is {able[0]}; use --cuda {able[0]}"
+        else:
+            hint = f"the CUDA versions in the matrix that can target it are {known(able)}; use one of those"
+        raise ResolveError(f"CUDA {cuda.version} cannot target {g.name} ({g.sm}): {hint}, or drop that GPU.")
+
+
+# --------------------------------------------------------------------------- PyTorch
+
+def torch_for(matrix: Matrix, variant: str, requested: str | None, what: str) -> Torch:
+    having = [t for t in matrix.torch.values() if variant in t.variants]
+    if requested:
+        req = str(requested).strip()
+        matches = [t for k, t in matrix.torch.items() if k == req or k.startswith(req + ".")]
+        if not matches:
+            raise ResolveError(f"unknown PyTorch version `{req}`{did_you_mean(req, matrix.torch)}; "
+                               f"known: {known(matrix.torch)}.")
+        chosen = max(matches, key=lambda t: vkey(t.version))
+        if variant not in chosen.variants:
+            alt = f"PyTorch with {variant} wheels: {span([t.version for t in having])}" if having else \
+                  f"no PyTorch release has {variant} wheels"
+            raise ResolveError(
+                f"PyTorch {chosen.version} has no wheel for {what} (published: {', '.join(chosen.variants)}); {alt}.")
+        return chosen
+    if not having:
+        raise ResolveError(f"no PyTorch release in the matrix publishes {variant} wheels for {what}; "
+                           f"choose another CUDA version.")
+    return max(having, key=lambda t: vkey(t.version))
+
+
+def check_torch_archs(torch: Torch, variant: str, gpus: Sequence[Gpu]) -> None:
+    archs = torch.archs.get(variant)
+    if not archs:
+        return
+    for g in gpus:
+        if not covers(archs, g.cc):
+            raise ResolveError(
+                f"PyTorch {torch.version} {variant} wheels are not built for {g.name} ({g.sm}; built for "
+                f"{', '.join(archs)}); choose another PyTorch version or CUDA variant.")
+
+
+def torch_requirement(torch: Torch, variant: str) -> str:
+    """Exact requirement: a non-default variant by its local version, so no other build can match."""
+    if variant == torch.pypi_default:
+        return f"torch=={torch.version}"
+    return f"torch=={torch.version}+{variant}"
+
+
+# --------------------------------------------------------------------------- the OS and its toolchain
+
+def os_(matrix: Matrix, key: str) -> Os:
+    if key not in matrix.os:
+        raise ResolveError(f"unknown OS `{key}`{did_you_mean(key, matrix.os)}; known: {', '.join(sorted(matrix.os))}.")
+    return matrix.os[key]
+
+
+def os_for_base(matrix: Matrix, base: str) -> str:
+    for o in matrix.os.values():
+        if o.image == base:
+            return o.key
+    raise ResolveError(f"no OS in docker/matrix.toml uses base `{base}`; add an [os] entry for it.")
+
+
+def python(os_: Os | None, torch: Torch | None, requested: str | None) -> str:
+    available = os_.pythons if os_ else ()
+    if requested:
+        py = str(requested).strip()
+        if torch and not torch.supports_python(py):
+            raise ResolveError(
+                f"PyTorch {torch.version} supports Python {torch.python[0]}–{torch.python[1]}, not {py}; "
+                f"use --python {torch.python[1]} or another PyTorch version.")
+        if os_ and py not in available:
+            raise ResolveError(f"Python {py} is not available on {os_.key} (available: {known(available)}); "
+                               f"choose one of those or another --ubuntu.")
+        return py
+    assert os_ is not None
+    fits = [p for p in available if torch is None or torch.supports_python(p)]
+    if os_.python in fits:
+        return os_.python
+    if not fits:
+        raise ResolveError(
+            f"no Python on {os_.key} ({known(available)}) fits PyTorch {torch.version if torch else ''} "
+            f"({torch.python[0] if torch else ''}–{torch.python[1] if torch else ''}); choose another OS or PyTorch.")
+    return max(fits, key=vkey)
+
+
+def gcc(os_: Os, cuda: Cuda | None, requested: int | None) -> int:
+    limit = cuda.max_gcc if cuda else 99
+    if requested is not None:
+        if cuda and requested > limit:
+            raise ResolveError(f"gcc {requested} is newer than CUDA {cuda.version} accepts (max gcc {limit}); "
+                               f"use --gcc {limit} or a newer CUDA.")
+        if requested not in os_.gcc:
+            raise ResolveError(f"gcc {requested} is not packaged for {os_.key} (available: "
+                               f"{', '.join(map(str, os_.gcc))}); choose one of those.")
+        return requested
+    if os_.gcc_default <= limit:
+        return os_.gcc_default
+    fits = [g for g in os_.gcc if g <= limit]
+    if not fits:
+        raise ResolveError(f"{os_.key} has no gcc old enough for CUDA {cuda.version if cuda else ''} "
+                           f"(max gcc {limit}); use an older --ubuntu.")
+    return max(fits)
+
+
+def llvm(matrix: Matrix, os_: Os, cuda: Cuda | None, requested: str | None, warnings: list[str]) -> str | None:
+    if requested in (None, ""):
+        return max(os_.llvm, key=vkey) if os_.llvm else None
+    v = str(requested).strip()
+    if v.lower() == "none":
+        return None
+    if v not in matrix.llvm:
+        raise ResolveError(f"unknown LLVM version `{v}`{did_you_mean(v, matrix.llvm)}; known: {known(matrix.llvm)}, "
+                           f"or none.")
+    if v not in os_.llvms:
+        raise ResolveError(f"LLVM {v} is not packaged for {os_.key} (available: {known(os_.llvms)}); "
+                           f"choose one of those or another --ubuntu.")
+    if cuda and vkey(matrix.llvm[v]) < vkey(cuda.version):
+        warnings.append(f"clang {v} compiles CUDA only up to {matrix.llvm[v]} as a CUDA compiler; "
+                        f"nvcc is unaffected")
+    return v

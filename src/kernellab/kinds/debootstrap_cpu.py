@@ -1,0 +1,119 @@
+"""The cpu kind: CPU-only PyTorch on a plain OS image, by default Debian made here with debootstrap.
+
+This module also owns `debootstrap:<suite>` base references (the only place they are parsed) and
+`OsBase`, the base handling of every kind built on a plain OS image: made locally, or pulled.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import IO
+
+from .. import proc
+from ..engine import Engine
+from ..errors import BuildError, ResolveError
+from ..resolve import Spec
+from ..targets import Matrix
+from . import choose
+from .base import BaseStatus, Kind, Request, py_part
+from .torch_index import index_url
+
+PREFIX = "debootstrap:"
+#: The OS base when a request names none (a matrix [os] entry must use it).
+DEFAULT_BASE = PREFIX + "bookworm"
+
+
+def suite(ref: str | None) -> str | None:
+    """The Debian suite of a `debootstrap:<suite>` base reference; None for any other reference."""
+    if ref and ref.startswith(PREFIX):
+        return ref[len(PREFIX):]
+    return None
+
+
+def local_tag(suite: str) -> str:
+    """The local image a debootstrap base becomes."""
+    return "kernellab-base:debian-" + suite
+
+
+def make_base(suite: str, *, engine: Engine, out: IO[str]) -> str:
+    """Make `kernellab-base:debian-<suite>` from Debian's archive with debootstrap (needs root)."""
+    tag = local_tag(suite)
+    if shutil.which("debootstrap") is None:
+        raise BuildError(f"the base image {tag} is made with debootstrap, which is not installed; "
+                         f"`sudo apt-get install debootstrap` (or `make setup`) and try again.")
+    if os.geteuid() != 0:
+        raise BuildError(f"making the base image {tag} with debootstrap needs root; run "
+                         f"`sudo .venv/bin/invoke base-image` once.")
+    mirror = os.environ.get("KERNELLAB_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+    with tempfile.TemporaryDirectory(prefix="kl-debootstrap-") as tmp:
+        root = Path(tmp) / "root"
+        out.write(f"making base image {tag} with debootstrap {suite} from {mirror} (about 30 s)\n")
+        proc.run(["debootstrap", "--variant=minbase", suite, str(root), mirror], stream=True, out=out,
+                 hint="check that Debian's archive is reachable (or set KERNELLAB_DEBIAN_MIRROR)")
+        with engine.import_rootfs(tag) as pipe:
+            with proc.pipe_from(["tar", "-C", str(root), "--numeric-owner", "-c", "."]) as tar:
+                shutil.copyfileobj(tar, pipe.stream, 1 << 20)
+    return tag
+
+
+class OsBase(Kind):
+    """A kind built on a plain OS image: `debootstrap:<suite>` is made here, any other is pulled."""
+
+    def from_ref(self, spec: Spec) -> str:
+        s = suite(spec.base)
+        return local_tag(s) if s else spec.base
+
+    def ensure_base(self, spec: Spec, *, engine: Engine, out: IO[str]) -> tuple[str, str]:
+        s = suite(spec.base)
+        if s is None:
+            return super().ensure_base(spec, engine=engine, out=out)
+        ref = local_tag(s)
+        if not engine.exists(ref):
+            make_base(s, engine=engine, out=out)
+        return ref, engine.image_id(ref)
+
+    def base_status(self, spec: Spec, engine: Engine) -> BaseStatus:
+        if suite(spec.base) is None:
+            return super().base_status(spec, engine)
+        ref = self.from_ref(spec)
+        if engine.exists(ref):
+            return BaseStatus("ok", f"{ref} is present")
+        if shutil.which("debootstrap"):
+            return BaseStatus("ok", f"{ref} will be made with debootstrap on first build")
+        return BaseStatus("fail", f"{ref} is missing and debootstrap is not installed",
+                          "`apt-get install debootstrap` (make setup does)")
+
+
+class DebootstrapCpu(OsBase):
+    name = "cpu"
+
+    def claims(self, req: Request) -> bool:
+        return req.gpus is None
+
+    def resolve(self, matrix: Matrix, req: Request) -> Spec:
+        if req.cuda:
+            raise ResolveError("`--gpu cpu` builds a CPU-only image; drop --cuda, or name a GPU.")
+        os_ = choose.os_(matrix, req.os or choose.os_for_base(matrix, req.base or DEFAULT_BASE))
+        torch = choose.torch_for(matrix, "cpu", req.torch, "CPU")
+        py = choose.python(os_, torch, req.python)
+        warnings: list[str] = []
+        return Spec(
+            kind=self.name, target=req.target, gpus=("cpu",), ccs=(), cuda=None, cuda_full=None, cudnn=None,
+            min_driver=None, torch=torch.version, torch_variant="cpu", python=py, os=os_.key,
+            base=req.base or os_.image, gcc=choose.gcc(os_, None, req.gcc),
+            llvm=choose.llvm(matrix, os_, None, req.llvm, warnings), triton=None, pip_toolkit=None,
+            cuda_home=None, torch_index=index_url(matrix.torch_index, torch, "cpu"),
+            torch_requirement=choose.torch_requirement(torch, "cpu"), warnings=tuple(warnings),
+            **req.extras(matrix),
+        )
+
+    def tag_parts(self, spec: Spec) -> list[str]:
+        return ["cpu", f"torch{spec.torch}", py_part(spec)]
+
+    def title(self, spec: Spec) -> str:
+        return f"CPU PyTorch {spec.torch}, Python {spec.python}"
+
+
+KIND = DebootstrapCpu()
