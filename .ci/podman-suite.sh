@@ -10,6 +10,7 @@ need=()
 command -v podman >/dev/null 2>&1 || need+=(podman)
 command -v newuidmap >/dev/null 2>&1 || need+=(uidmap)
 command -v runc >/dev/null 2>&1 || need+=(runc)
+[ -x /usr/libexec/podman/catatonit ] || need+=(catatonit)
 /usr/bin/python3 -m venv --help >/dev/null 2>&1 || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq
@@ -18,10 +19,16 @@ fi
 id "$user" >/dev/null 2>&1 || useradd -m -s /bin/bash "$user"
 grep -q "^$user:" /etc/subuid || usermod --add-subuids 300000-365535 --add-subgids 300000-365535 "$user"
 home=$(getent passwd "$user" | cut -d: -f6)
-# crun cannot start containers on hosts with hybrid cgroups (ours); runc can. A site setting, not kernellab's.
-if [ -d /sys/fs/cgroup/unified ]; then
-  mkdir -p "$home/.config/containers"
-  printf '[engine]\nruntime = "runc"\n' > "$home/.config/containers/containers.conf"
+# Site settings, not kernellab's: crun cannot start containers on hosts with hybrid cgroups (ours),
+# runc can; without fuse-overlayfs Podman 4.3 falls back to vfs (a full copy per layer) although
+# the kernel's own overlay works rootless.
+mkdir -p "$home/.config/containers"
+[ -d /sys/fs/cgroup/unified ] && printf '[engine]\nruntime = "runc"\n' > "$home/.config/containers/containers.conf"
+printf '[storage]\ndriver = "overlay"\n' > "$home/.config/containers/storage.conf"
+chown -R "$user:" "$home/.config"
+if runuser -u "$user" -- env HOME="$home" bash -c 'cd ~ && podman info --format "{{.Store.GraphDriverName}}"' 2>&1 \
+   | grep -q "vfs"; then
+  runuser -u "$user" -- env HOME="$home" bash -c 'cd ~ && podman system reset -f' >/dev/null 2>&1 || true
 fi
 # The user's own copy of the checkout (tracked and new files), and the root-made debootstrap base.
 work="$home/kernellab"

@@ -81,7 +81,7 @@ class Proxy:
         self.server = Server(("127.0.0.1", 0), Handler)
         self.port = self.server.server_address[1]
 
-    def __enter__(self) -> "Proxy":
+    def __enter__(self) -> Proxy:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         return self
 

@@ -19,7 +19,6 @@ import pytest
 from kernellab import containers, engine, images, network, targets
 from kernellab.errors import BuildError, DockerError, ResolveError
 from kernellab.resolve import resolve
-
 from proxy import Proxy
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]

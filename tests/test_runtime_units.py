@@ -6,12 +6,10 @@ prove they work against a real engine.
 from __future__ import annotations
 
 import urllib.request
-from pathlib import Path
 
 import pytest
 
 from fake_engine import fake, image
-
 from kernellab import containers, doctor, gpu, images, network
 from kernellab.errors import KernellabError
 

@@ -23,6 +23,8 @@ from . import proc
 from .errors import CommandError, DockerError, EngineError, KernellabError
 
 ENGINES = ("docker", "podman")
+#: Where Podman looks for the init process that `--init` starts.
+CATATONIT = ("/usr/libexec/podman/catatonit", "/usr/bin/catatonit", "/usr/local/libexec/podman/catatonit")
 
 
 @dataclass(frozen=True)
@@ -351,6 +353,12 @@ class Podman(Engine):
 
     def save_argv(self, refs: Sequence[str]) -> list[str]:
         return [self.cli, "save", "--format", "docker-archive", *(["-m"] if len(refs) > 1 else []), *refs]
+
+    def run_argv(self, image: str, command: Sequence[str] = (), **kw: Any) -> list[str]:
+        # --init needs Podman's catatonit (a package of its own on Debian); without it, run without.
+        if kw.get("init", True) and not any(os.path.exists(p) for p in CATATONIT):
+            kw["init"] = False
+        return super().run_argv(image, command, **kw)
 
     def user_args(self, uid: int, gid: int) -> list[str]:
         if os.geteuid() != 0:  # rootless: the caller's UID maps to itself inside, not to root

@@ -140,7 +140,7 @@ def pipe_from(argv: Sequence[str], *, env: Mapping[str, str] | None = None, hint
 
 
 @contextlib.contextmanager
-def pipe_to(argv: Sequence[str], *, env: Mapping[str, str] | None = None, hint: str = "") -> Iterator["Pipe"]:
+def pipe_to(argv: Sequence[str], *, env: Mapping[str, str] | None = None, hint: str = "") -> Iterator[Pipe]:
     """Yield a Pipe whose .stream is the binary stdin of a running command.
 
     On leaving: close stdin, wait, and raise CommandError on a non-zero exit. After the block,

@@ -12,7 +12,7 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, Any
 
 import zstandard
 
@@ -30,10 +30,6 @@ JOB_SIZE = 2 << 20
 Progress = Callable[[str, int, "int | None"], None]
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
-
-
-class Sink(Protocol):
-    def write(self, data: bytes, /) -> int: ...
 
 
 def parse_size(text: str | int) -> int:
