@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from kernellab import proc, transfer
-from kernellab.errors import TransferError
+from kernellab import engine, proc, transfer
+from kernellab.errors import EngineError, TransferError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -267,10 +267,10 @@ def _save_archive(layout: str) -> tuple[bytes, list[str], dict[str, bytes]]:
 def test_the_tarfile_reader_passes_a_save_archive_through_and_leaves_out_a_layer(layout):
     archive, diff_ids, files = _save_archive(layout)
     base = next(p for p, c in files.items() if "sha256:" + hashlib.sha256(c).hexdigest() == diff_ids[0])
-    out = io.BytesIO()
-    summary = transfer.copy_archive(io.BytesIO(archive), out.write, drop=lambda m: m.path == base,
-                                    capture=["manifest.json"])
+    out, src = io.BytesIO(), io.BytesIO(archive + bytes(20480))
+    summary = transfer.copy_archive(src, out.write, drop=lambda m: m.path == base, capture=["manifest.json"])
     assert summary.complete and summary.tar_bytes == len(out.getvalue())
+    assert src.tell() == len(src.getvalue())  # read to the end: the writer is never left on a closed pipe
     assert summary.dropped == {base: diff_ids[0]}  # the digest of an uncompressed layer file is its diff ID
     assert json.loads(summary.captured["manifest.json"])[0]["RepoTags"] == ["x:1"]
     with tarfile.open(fileobj=io.BytesIO(archive)) as before, tarfile.open(fileobj=io.BytesIO(out.getvalue())) as after:
@@ -314,6 +314,18 @@ def test_an_unknown_to_is_refused_in_one_sentence_naming_the_choices(tmp_path):
     for choice in ("sif", "sqsh", "docker", "podman"):
         assert choice in message
     assert set(transfer.IMPORTERS) == {None, "docker", "podman", "sif", "sqsh"}
+
+
+def test_without_an_engine_the_refusal_names_the_conversion_that_needs_none(app_bundle_stub):
+    class Down(engine.Docker):
+        def answers(self) -> bool:
+            return False
+
+        def problem(self) -> str:
+            return "cannot reach a Docker engine at unix:///nowhere; start one."
+
+    with pytest.raises(EngineError, match=r"; start one; without a Docker daemon, import with --to sif \(Apptainer\)"):
+        transfer.import_bundle(app_bundle_stub, engine=Down())
 
 
 def test_podman_is_not_handed_a_delta_bundle(app_bundle_stub):

@@ -52,21 +52,22 @@ Plan = Callable[[Job], Finish]
 @dataclass(frozen=True)
 class Importer:
     plan: Plan
-    help: str  # how the --to value reads in a list of choices
+    label: str  # how the --to value reads in a list of choices
 
 
 IMPORTERS: dict[str | None, Importer] = {}
 
 
-def importer(to: str | None, help: str) -> Callable[[Plan], Plan]:
+def importer(to: str | None, label: str) -> Callable[[Plan], Plan]:
+    """Register a plan for `--to <to>`."""
     def register(plan: Plan) -> Plan:
-        IMPORTERS[to] = Importer(plan, help)
+        IMPORTERS[to] = Importer(plan, label)
         return plan
     return register
 
 
 def choices() -> str:
-    return ", ".join(i.help for to, i in IMPORTERS.items() if to is not None)
+    return ", ".join(i.label for to, i in IMPORTERS.items() if to is not None)
 
 
 def import_bundle(bundle: Path | str, *, to: str | None = None, output: Path | str | None = None,
