@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from kernellab import extensions, ops, tolerances
+from kernellab import compilerlog, extensions, ops, tolerances
 from kernellab.bench import runner, timing
 from kernellab.errors import ConfigError
 
@@ -179,7 +179,7 @@ ptxas info    : Used 12 registers, used 0 barriers, 368 bytes cmem[0]
 
 
 def test_ptxas_reports_are_read_per_kernel_and_source() -> None:
-    found = extensions.parse_ptxas(PTXAS_LOG)
+    found = compilerlog.parse_ptxas(PTXAS_LOG)
     assert list(found) == ["/src/kernels/k/k.cu"]
     slow, fast = found["/src/kernels/k/k.cu"]
     assert (slow.function, slow.arch, slow.registers, slow.spill_stores, slow.spill_loads, slow.stack_bytes,
@@ -196,7 +196,7 @@ c++ -MMD -MF bad.o.d -c /x/bad.cpp -o bad.o
       |          ^~~~
 ninja: build stopped: subcommand failed.
 """
-    assert extensions.compiler_messages(log).splitlines() == [
+    assert compilerlog.compiler_messages(log).splitlines() == [
         "/x/bad.cpp:3:12: error: 'nope' was not declared in this scope",
         "    3 |   return nope;",
         "      |          ^~~~",
@@ -204,9 +204,9 @@ ninja: build stopped: subcommand failed.
 
 
 def test_short_names_keep_template_arguments() -> None:
-    assert extensions.short_name("void k<float, 4>(float const*, int)") == "k<float, 4>"
-    assert extensions.short_name("void ns::f(int)") == "ns::f"
-    assert extensions.short_name("void (anonymous namespace)::k<__half, 8>(__half const*)") == "k<__half, 8>"
+    assert compilerlog.short_name("void k<float, 4>(float const*, int)") == "k<float, 4>"
+    assert compilerlog.short_name("void ns::f(int)") == "ns::f"
+    assert compilerlog.short_name("void (anonymous namespace)::k<__half, 8>(__half const*)") == "k<__half, 8>"
 
 
 def test_build_table_lists_kernels_skips_and_failures(tmp_path: Path) -> None:
@@ -214,7 +214,7 @@ def test_build_table_lists_kernels_skips_and_failures(tmp_path: Path) -> None:
     make_op(tmp_path, "bb")
     make_op(tmp_path, "cc")
     a, b, c = ops.discover(tmp_path)
-    resources = tuple(r for rows in extensions.parse_ptxas(PTXAS_LOG).values() for r in rows)
+    resources = tuple(r for rows in compilerlog.parse_ptxas(PTXAS_LOG).values() for r in rows)
     build = extensions.Build("kernellab_aa", tmp_path / "a.so", tmp_path, 12.34, True, resources)
     table = ops.build_table([
         ops.BuildOutcome(a, build),

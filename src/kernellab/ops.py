@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable
 
-from . import extensions
+from . import compilerlog, extensions
 from .errors import ConfigError, ExtensionError
 from .opspec import DEFAULT_SEEDS, ITEMSIZE, KERNELS, KINDS, OpSpec, discover, parse_spec
 
@@ -145,7 +145,7 @@ def build_all(select: str | None = None, *, verbose: bool = False) -> list[Build
 def build_table(outcomes: list[BuildOutcome]) -> str:
     """A table of compile time and, per kernel, registers, spills, stack and shared memory (ptxas -v)."""
     kernels = [r for o in outcomes if o.build for r in o.build.resources]
-    names = dict(zip([r.function for r in kernels], extensions.demangle([r.function for r in kernels])))
+    names = dict(zip([r.function for r in kernels], compilerlog.demangle([r.function for r in kernels])))
     header = ("op", "status", "seconds", "kernel", "arch", "regs", "spill st/ld", "stack", "smem")
     rows: list[tuple[str, ...]] = []
     for o in outcomes:
@@ -158,7 +158,7 @@ def build_table(outcomes: list[BuildOutcome]) -> str:
         if not o.build.resources:
             rows.append((*first, "(no GPU kernels)", "", "", "", "", ""))
         for i, r in enumerate(o.build.resources):
-            kernel = extensions.short_name(names[r.function])
+            kernel = compilerlog.short_name(names[r.function])
             rows.append((*(first if i == 0 else ("", "", "")), kernel, r.arch, str(r.registers),
                          f"{r.spill_stores}/{r.spill_loads}", str(r.stack_bytes), str(r.shared_bytes)))
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]

@@ -7,7 +7,7 @@ from invoke import Context, Exit
 
 from .. import ROOT
 from ..errors import BenchError
-from . import configured_target, task
+from . import ENGINE_HELP, configured_target, task
 
 
 @task(help={
@@ -17,9 +17,10 @@ from . import configured_target, task
     "quick": "first bench shape only, short measurements: a sanity check, not a figure to publish",
     "compare": "an earlier run (results/<run>): each row same/faster/slower; exit 1 on a regression",
     "out": "the run's folder (default results/<date>-<gpu>)",
+    "engine": ENGINE_HELP,
 })
 def bench(c: Context, target: str | None = None, k: str | None = None, native: bool = False,
-          quick: bool = False, compare: str | None = None, out: str | None = None) -> None:
+          quick: bool = False, compare: str | None = None, out: str | None = None, engine: str | None = None) -> None:
     """Benchmark kernels against PyTorch baselines; results in results/<run>/."""
     argv = [*(["-k", k] if k else []), *(["--quick"] if quick else [])]
     if native:

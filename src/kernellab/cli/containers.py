@@ -7,7 +7,7 @@ from invoke import Exit
 
 from .. import ROOT, containers, images, proc
 from ..errors import KernellabError
-from . import configured_target, task
+from . import ENGINE_HELP, configured_target, task
 
 GPU_MODE_HELP = "how the container gets the GPU: nvidia, cdi, devices, or none (default: the best doctor finds)"
 
@@ -30,8 +30,9 @@ def shell_argv(cmd: str | None) -> list[str]:
 
 
 @task(help={"target": "named target (default: this machine's)", "image": "run this image instead of a target's",
-            "gpu_mode": GPU_MODE_HELP, "cmd": "a command to run instead of an interactive shell"})
-def shell(c, target=None, image=None, gpu_mode=None, cmd=None):
+            "gpu_mode": GPU_MODE_HELP, "cmd": "a command to run instead of an interactive shell",
+            "engine": ENGINE_HELP})
+def shell(c, target=None, image=None, gpu_mode=None, cmd=None, engine=None):
     """Open a shell (or run --cmd) in a target's container: repo at /workspace, your UID, the GPU."""
     if cmd is not None and not cmd.strip():
         raise KernellabError("--cmd is empty; give a command line, or leave --cmd out for an interactive shell.")
@@ -43,8 +44,9 @@ def shell(c, target=None, image=None, gpu_mode=None, cmd=None):
 
 @task(help={"target": "named target (default: this machine's)", "image": "run in this image instead",
             "k": "pytest -k expression selecting ops/tests", "native": "run on this machine, without Docker",
-            "gpu_mode": GPU_MODE_HELP, "suite": "what to run: kernels (default) or all (the whole tests/)"})
-def test(c, target=None, image=None, k=None, native=False, gpu_mode=None, suite="kernels"):
+            "gpu_mode": GPU_MODE_HELP, "suite": "what to run: kernels (default) or all (the whole tests/)",
+            "engine": ENGINE_HELP})
+def test(c, target=None, image=None, k=None, native=False, gpu_mode=None, suite="kernels", engine=None):
     """Compile the kernels and check them against PyTorch, in the target's container (or --native)."""
     paths = ["tests/test_kernels.py"] if suite == "kernels" else ["tests"]
     args = ["-m", "pytest", *paths, "-q", "-rs", *(["-k", k] if k else [])]

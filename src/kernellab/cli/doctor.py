@@ -6,12 +6,12 @@ import json
 from invoke import Exit
 
 from .. import doctor as doc
-from . import task
+from . import ENGINE_HELP, task
 
 
 @task(help={"target": "check against this named target (default: this machine's)",
-            "json": "print the machine fingerprint as JSON (for export-image --check-target)"})
-def doctor(c, target=None, json_=False):
+            "json": "print the machine fingerprint as JSON (for export-image --check-target)", "engine": ENGINE_HELP})
+def doctor(c, target=None, json_=False, engine=None):
     """Check Docker, BuildKit, disk, GPUs, driver, GPU-in-container mode, network, base image."""
     findings, ctx = doc.run(target)
     if json_:

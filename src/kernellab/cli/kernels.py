@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from invoke import Context, Exit
 
-from . import configured_target, task
+from . import ENGINE_HELP, configured_target, task
 
 
 @task(help={
@@ -11,9 +11,10 @@ from . import configured_target, task
     "verbose": "show the compiler's full output",
     "native": "build with this Python's torch, without a container",
     "target": "image target to build in (default: kernellab.target in invoke.yaml)",
+    "engine": ENGINE_HELP,
 })
 def build_kernels(c: Context, k: str | None = None, verbose: bool = False, native: bool = False,
-                  target: str | None = None) -> None:
+                  target: str | None = None, engine: str | None = None) -> None:
     """Build kernel ops ahead of time; print compile time and registers/spills per kernel."""
     argv = ["build", *(["-k", k] if k else []), *(["--verbose"] if verbose else [])]
     if native:

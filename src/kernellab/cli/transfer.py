@@ -5,8 +5,9 @@ import sys
 import time
 from typing import Any
 
-from .. import engine, transfer
-from . import task
+from .. import engine as engines
+from .. import transfer
+from . import ENGINE_HELP, task
 
 
 class _Meter:
@@ -39,7 +40,7 @@ def _resolve_image(image: str) -> str:
     """An image reference as given, or the image of the named target of that name."""
     from .. import images, targets
 
-    if engine.current().exists(image) or image not in targets.load().targets:
+    if engines.current().exists(image) or image not in targets.load().targets:
         return image
     return images.image_for_target(image)
 
@@ -52,19 +53,20 @@ def _resolve_image(image: str) -> str:
         "level": "zstd level, 1 fastest .. 19 smallest (default 3, already smaller than gzip)",
         "since": "manifest.json (or bundle folder) the receiver already loaded: ship only the layers it lacks",
         "check-target": "`invoke doctor --json` output saved on the receiving machine: warn if it cannot run the image",
+        "engine": ENGINE_HELP,
     },
     positional=["image"],
     auto_shortflags=False,  # automatic ones would give --check-target `-h`, which reads as --help
 )
 def export_image(c: Any, image: str, output: str = "bundles",
                  chunk_size: str = "1G", level: int = 3, since: str | None = None,
-                 check_target: str | None = None) -> None:
+                 check_target: str | None = None, engine: str | None = None) -> None:
     """Write an image as a chunked, checksummed bundle for a machine that cannot pull."""
     ref = _resolve_image(image)
     warnings = _check(ref, check_target) if check_target else []
     meter = _Meter()
     # The engine gathers all layers before the first byte flows (minutes for a large image).
-    print(f"Exporting {ref} into {output}/ ({engine.current().name} save prepares the layers first) ...",
+    print(f"Exporting {ref} into {output}/ ({engines.current().name} save prepares the layers first) ...",
           file=sys.stderr)
     try:
         bundle = transfer.export_image(ref, output, chunk_size=chunk_size, level=int(level), since=since,
@@ -82,7 +84,7 @@ def export_image(c: Any, image: str, output: str = "bundles",
 
 
 def _check(ref: str, fingerprint_path: str) -> list[str]:
-    labels = engine.current().labels(ref)
+    labels = engines.current().labels(ref)
     findings = transfer.check_target(labels, transfer.load_fingerprint(fingerprint_path))
     for f in findings:
         print(f"{f.severity}: {f.message}", file=sys.stderr)

@@ -1,0 +1,210 @@
+"""The interface every container engine implements, and the command-line parts they share."""
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Iterator, Sequence
+
+from .. import proc
+from ..errors import EngineError, KernellabError
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """What `invoke doctor` and the GPU modes need to know about a running engine."""
+
+    name: str
+    version: str
+    root: str                           # where images live (disk checks)
+    rootless: bool
+    runtimes: tuple[str, ...] = ()      # OCI runtimes; "nvidia" means --gpus works
+    cdi_dirs: tuple[str, ...] = ()      # where CDI specs are read from
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+
+class Engine:
+    """The CLI-shaped part both engines share; subclasses say what differs."""
+
+    name = ""
+    #: GPU modes this engine can use at all (kernellab.gpu decides which work on this host).
+    gpu_modes: tuple[str, ...] = ()
+
+    def __init__(self, cli: str | None = None):
+        self.cli = cli or self.name
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.cli}>"
+
+    # ------------------------------------------------------------ is it there
+    def answers(self) -> bool:
+        """Whether the engine answers now (quick; never raises)."""
+        raise NotImplementedError
+
+    def problem(self) -> str:
+        """Why the engine does not answer, as one sentence with the remedy."""
+        raise NotImplementedError
+
+    def require(self) -> Engine:
+        if not self.answers():
+            raise EngineError(self.problem())
+        return self
+
+    def info(self) -> EngineInfo:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------ images
+    def _run(self, *args: str, check: bool = True, timeout: float | None = None) -> proc.Result:
+        if shutil.which(self.cli) is None:
+            raise EngineError(self.problem())
+        return proc.run([self.cli, *args], check=check, timeout=timeout)
+
+    def inspect(self, ref: str) -> dict[str, Any] | None:
+        """`image inspect` of one image, or None when the engine has no such image."""
+        r = self._run("image", "inspect", ref, check=False)
+        if not r.ok:
+            return None
+        found = json.loads(r.stdout or "[]")
+        return self._normalize(found[0]) if found else None
+
+    def inspect_many(self, refs: Sequence[str]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for start in range(0, len(refs), 100):
+            batch = list(refs[start:start + 100])
+            out += [self._normalize(i) for i in json.loads(self._run("image", "inspect", *batch).stdout or "[]")]
+        return out
+
+    def _normalize(self, image: dict[str, Any]) -> dict[str, Any]:
+        """Docker's inspect shape: Id as "sha256:<hex>"."""
+        if image.get("Id") and not str(image["Id"]).startswith("sha256:"):
+            image = {**image, "Id": "sha256:" + image["Id"]}
+        return image
+
+    def exists(self, ref: str) -> bool:
+        return self._run("image", "inspect", ref, check=False).ok
+
+    def must_inspect(self, ref: str) -> dict[str, Any]:
+        image = self.inspect(ref)
+        if image is None:
+            raise EngineError(f"the {self.name} engine has no image {ref}; build it (`invoke build-image`) or "
+                              f"load it (`invoke import-image DIR`), then check `{self.name} images`.")
+        return image
+
+    def image_id(self, ref: str) -> str:
+        return str(self.must_inspect(ref)["Id"])
+
+    def labels(self, ref: str) -> dict[str, str]:
+        return dict((self.must_inspect(ref).get("Config") or {}).get("Labels") or {})
+
+    def env(self, ref: str) -> dict[str, str]:
+        """The image's configured environment (Config.Env) as a dict."""
+        env: dict[str, str] = {}
+        for item in (self.must_inspect(ref).get("Config") or {}).get("Env") or []:
+            k, _, v = item.partition("=")
+            env[k] = v
+        return env
+
+    def repo_digests(self, ref: str) -> list[str]:
+        return list(self.must_inspect(ref).get("RepoDigests") or [])
+
+    def image_ids(self) -> list[str]:
+        """Every image the engine holds, intermediate ones included."""
+        ids = self._run("image", "ls", "-aq", "--no-trunc").stdout.split()
+        return sorted({i if i.startswith("sha256:") else f"sha256:{i}" for i in ids})
+
+    def tag(self, ref: str, new: str) -> None:
+        self._run("tag", ref, new)
+
+    def untag(self, ref: str) -> None:
+        """Remove a tag, keeping the image if other tags or children use it; never fails."""
+        self._run("rmi", ref, check=False)
+
+    def pull(self, ref: str, out: IO[str]) -> None:
+        proc.run([self.cli, "pull", ref], stream=True, out=out)
+
+    @contextlib.contextmanager
+    def save(self, refs: Sequence[str]) -> Iterator[IO[bytes]]:
+        """The `docker save` archive of refs as a binary stream (docker-archive layout)."""
+        with proc.pipe_from(self.save_argv(refs)) as stream:
+            yield stream
+
+    def save_argv(self, refs: Sequence[str]) -> list[str]:
+        return [self.cli, "save", *refs]
+
+    @contextlib.contextmanager
+    def load(self) -> Iterator[proc.Pipe]:
+        """A pipe to write a save archive into; the engine loads it when the block ends."""
+        with proc.pipe_to([self.cli, "load"]) as pipe:
+            yield pipe
+
+    @contextlib.contextmanager
+    def import_rootfs(self, tag: str) -> Iterator[proc.Pipe]:
+        """A pipe to write a root file system tar into; it becomes image `tag`."""
+        with proc.pipe_to([self.cli, "import", "-", tag]) as pipe:
+            yield pipe
+
+    # ------------------------------------------------------------ command lines
+    def build_argv(self, context: Path, *, iidfile: Path, tags: Sequence[str] = (), network: str = "host",
+                   secrets: dict[str, Path] | None = None, build_args: Sequence[str] = (),
+                   no_cache: bool = False) -> tuple[list[str], dict[str, str]]:
+        """The command line (and extra environment) that builds `context` with its Dockerfile."""
+        raise NotImplementedError
+
+    def run_argv(self, image: str, command: Sequence[str] = (), *, user: tuple[int, int], mounts: Sequence[str] = (),
+                 env: dict[str, str] | None = None, pass_env: Sequence[str] = (), workdir: str | None = None,
+                 network: str | None = None, name: str | None = None, interactive: bool = False, tty: bool = False,
+                 init: bool = True, shm_size: str | None = "8g", extra: Sequence[str] = (),
+                 entrypoint: str | None = None, remove: bool = True) -> list[str]:
+        """`run` for one container: mounts are "host:container[:ro]", pass_env names host variables."""
+        argv = [self.cli, "run"]
+        if remove:
+            argv.append("--rm")
+        if init:
+            argv.append("--init")
+        if shm_size:
+            argv += ["--shm-size", shm_size]
+        argv += self.user_args(*user)
+        for m in mounts:
+            argv += ["-v", m]
+        if workdir:
+            argv += ["-w", workdir]
+        if interactive:
+            argv += ["-it"] if tty else ["-i"]
+        argv += self.network_args(network)
+        if name:
+            argv += ["--name", name]
+        if entrypoint is not None:
+            argv += ["--entrypoint", entrypoint]
+        for k in pass_env:
+            argv += ["-e", k]
+        for k, v in (env or {}).items():
+            argv += ["-e", f"{k}={v}"]
+        return [*argv, *extra, image, *command]
+
+    def user_args(self, uid: int, gid: int) -> list[str]:
+        return ["--user", f"{uid}:{gid}"]
+
+    def network_args(self, network: str | None) -> list[str]:
+        return ["--network", network] if network else []
+
+    def remove_container(self, name: str) -> None:
+        self._run("rm", "-f", name, check=False)
+
+    def gpu_args(self, mode: str, host_libs: dict[str, str], nodes: Sequence[str], gpus: str = "all"
+                 ) -> tuple[list[str], dict[str, str]]:
+        """Flags and environment that attach the GPUs in `mode` (see kernellab.gpu.MODES)."""
+        if mode not in self.gpu_modes:
+            raise KernellabError(f"the {self.name} engine cannot attach GPUs in mode `{mode}`; use one of "
+                                 f"{', '.join(self.gpu_modes)} (`invoke doctor` shows which work here).")
+        if mode == "nvidia":
+            return ["--gpus", gpus], {"NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
+        if mode == "cdi":
+            return ["--device", f"nvidia.com/gpu={gpus}"], {}
+        args: list[str] = []
+        for node in nodes:
+            args += ["--device", node]
+        for host, inside in host_libs.items():
+            args += ["-v", f"{host}:{inside}:ro"]
+        return args, {}

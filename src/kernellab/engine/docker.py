@@ -1,0 +1,83 @@
+"""Docker: BuildKit builds through the CLI (buildx, or a 20.10 client with it built in); the SDK for ping and info."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any, Sequence
+
+from .. import proc
+from ..errors import DockerError, EngineError, KernellabError
+from .base import Engine, EngineInfo
+
+
+class Docker(Engine):
+    name = "docker"
+    gpu_modes = ("nvidia", "cdi", "devices")
+
+    def _client(self, timeout: int = 20) -> Any:
+        try:
+            import docker
+        except ImportError:
+            raise DockerError("the docker Python package is missing; run `make setup` (or `pip install docker`).") \
+                from None
+        return docker.from_env(timeout=timeout)  # type: ignore[attr-defined]
+
+    def answers(self) -> bool:
+        try:
+            self._client().ping()
+            return True
+        except KernellabError:
+            raise
+        except Exception:
+            return False
+
+    def problem(self) -> str:
+        where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        if shutil.which(self.cli) is None:
+            return "the docker CLI is not installed; run `make engine` (installs docker.io) or use `--engine podman`."
+        return (f"cannot reach a Docker engine at {where}; start one (`make engine`, or `sudo systemctl start "
+                f"docker`), or use `--engine podman`, and check with `invoke doctor`.")
+
+    def info(self) -> EngineInfo:
+        try:
+            client = self._client()
+            raw, version = client.info(), client.version()
+        except KernellabError:
+            raise
+        except Exception as e:
+            raise EngineError(f"{self.problem()[:-1]} ({type(e).__name__}).") from None
+        return EngineInfo("docker", str(version.get("Version", "")), str(raw.get("DockerRootDir", "/var/lib/docker")),
+                          "rootless" in " ".join(raw.get("SecurityOptions") or []),
+                          tuple(sorted((raw.get("Runtimes") or {}).keys())), tuple(raw.get("CDISpecDirs") or ()), raw)
+
+    def builder(self) -> list[str]:
+        """A docker CLI that builds with BuildKit: buildx if present, else a client with it built in."""
+        candidates = list(dict.fromkeys(p for p in (shutil.which(self.cli), "/usr/bin/docker") if p and os.path.exists(p)))
+        if not candidates:
+            raise EngineError("the docker CLI is not installed; run `make engine` or install docker.io.")
+        for cli in candidates:
+            if proc.run([cli, "buildx", "version"], check=False).ok:
+                return [cli, "buildx", "build", "--load"]
+        for cli in candidates:
+            version = proc.run([cli, "version", "--format", "{{.Client.Version}}"], check=False).stdout.strip()
+            major = re.match(r"(\d+)", version)
+            if major and int(major.group(1)) < 23:  # before 23, `docker build` had BuildKit built in
+                return [cli, "build"]
+        raise EngineError("no docker CLI here can build with BuildKit: install the buildx plugin "
+                          "(docker-buildx) or Debian's docker.io client.")
+
+    def build_argv(self, context: Path, *, iidfile: Path, tags: Sequence[str] = (), network: str = "host",
+                   secrets: dict[str, Path] | None = None, build_args: Sequence[str] = (),
+                   no_cache: bool = False) -> tuple[list[str], dict[str, str]]:
+        argv = [*self.builder(), "--network", network, "--progress", "plain", "--iidfile", str(iidfile)]
+        for sid, src in (secrets or {}).items():
+            argv += ["--secret", f"id={sid},src={src}"]
+        for t in tags:
+            argv += ["-t", t]
+        argv += [*build_args, *(["--no-cache"] if no_cache else []), str(context)]
+        return argv, {"DOCKER_BUILDKIT": "1"}
+
+    def untag(self, ref: str) -> None:
+        self._run("rmi", "--no-prune", ref, check=False)
