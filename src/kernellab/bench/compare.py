@@ -158,7 +158,7 @@ def compare_relative(old_cand: Sequence[float], old_base: Sequence[float], new_c
     if any(xs.size == 0 for xs in sets):
         raise ValueError("a relative comparison needs samples in all four sets")
     rng = np.random.default_rng(seed)
-    nc, nb, oc, ob = (stats._boot_medians(xs, resamples, rng) for xs in sets)
+    nc, nb, oc, ob = (stats.boot_medians(xs, resamples, rng) for xs in sets)
     medians = [float(np.median(xs)) for xs in sets]
     value = (medians[0] / medians[1]) / (medians[2] / medians[3])
     alpha = (1.0 - level) / 2.0
@@ -166,19 +166,9 @@ def compare_relative(old_cand: Sequence[float], old_base: Sequence[float], new_c
     ratio = stats.Ratio(value=value, lo=float(lo), hi=float(hi), level=level)
     noise = max(math.hypot(stats.robust_noise(new_cand), stats.robust_noise(new_base)),
                 math.hypot(stats.robust_noise(old_cand), stats.robust_noise(old_base)))
-    return _judge(ratio, noise)
+    return stats.judge(ratio, noise)
 
 
-def _judge(ratio: stats.Ratio, noise: float) -> stats.Verdict:
-    # The rule of stats.compare_samples, applied to a ratio that is not new/old of one sample set.
-    threshold = max(stats.MIN_EFFECT, stats.NOISE_FACTOR * noise)
-    if ratio.lo > 1.0 and ratio.value - 1.0 > threshold:
-        verdict = "slower"
-    elif ratio.hi < 1.0 and 1.0 / ratio.value - 1.0 > threshold:
-        verdict = "faster"
-    else:
-        verdict = "same"
-    return stats.Verdict(verdict=verdict, ratio=ratio, threshold=threshold, noise=noise)
 
 
 def _median(row: dict[str, Any] | None) -> float | None:

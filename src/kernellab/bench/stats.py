@@ -139,13 +139,13 @@ def ratio_of_medians(
         raise ValueError("ratio of medians needs samples on both sides")
     rng = np.random.default_rng(seed)
     value = float(np.median(num) / np.median(den))
-    ratios = _boot_medians(num, resamples, rng) / _boot_medians(den, resamples, rng)
+    ratios = boot_medians(num, resamples, rng) / boot_medians(den, resamples, rng)
     alpha = (1.0 - level) / 2.0
     lo, hi = np.quantile(ratios, [alpha, 1.0 - alpha])
     return Ratio(value=value, lo=float(lo), hi=float(hi), level=level)
 
 
-def _boot_medians(xs, resamples: int, rng):
+def boot_medians(xs, resamples: int, rng):
     """Medians of `resamples` bootstrap resamples of xs, drawn exactly in O(resamples).
 
     Resampling n values = drawing n uniform indices floor(n*U); floor is monotone, so the j-th
@@ -187,8 +187,11 @@ def compare_samples(old: Sequence[float], new: Sequence[float], *, seed: int = 0
     Noise is the robust relative spread of the noisier of the two runs, so a quiet new run cannot
     hide behind an old run's noise and vice versa.
     """
-    ratio = ratio_of_medians(new, old, seed=seed)
-    noise = max(robust_noise(old), robust_noise(new))
+    return judge(ratio_of_medians(new, old, seed=seed), max(robust_noise(old), robust_noise(new)))
+
+
+def judge(ratio: Ratio, noise: float) -> Verdict:
+    """The verdict rule for any new/old time ratio with its interval: real only past max(3%, 2x noise)."""
     threshold = max(MIN_EFFECT, NOISE_FACTOR * noise)
     if ratio.lo > 1.0 and ratio.value - 1.0 > threshold:
         verdict = "slower"
