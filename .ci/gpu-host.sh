@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Verification on the GPU machine (no network, no Docker, no invoke there): bring Docker from the
-# bundle (shared/gpu-host/make-docker-bundle.sh -> .gpu-host/), install carried wheels (.whl/),
+# bundle in .gpu-host/ (dockerbins.tar.xz and start-docker.sh, from the lab's GPU-host kit), install carried wheels (.whl/),
 # then exercise kernellab the way a user would. Logs go to $OUT (or ./gpu-host-logs).
 #   bash .ci/gpu-host.sh [doctor] [shell] [test] [native] [bench]    (default: all of them)
 set -uo pipefail

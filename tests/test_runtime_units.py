@@ -224,3 +224,21 @@ def test_a_private_torch_index_never_reaches_the_dockerfile():
     assert "mirror.corp" not in render.dockerfile(private, m)
     public = resolve(m, target="cpu")
     assert "--extra-index-url https://download.pytorch.org/whl/cpu" in render.dockerfile(public, m)
+
+
+def test_a_missing_podman_is_one_sentence_naming_the_remedy():
+    from kernellab import engine
+    podman = engine.Podman(cli="kernellab-no-such-podman")
+    assert not podman.answers()
+    with pytest.raises(KernellabError, match=r"^podman is not installed; `sudo apt-get install podman uidmap catatonit`"):
+        podman.require()
+
+
+def test_doctor_lists_only_the_engines_that_answer(monkeypatch):
+    from kernellab import engine
+    monkeypatch.setattr(engine, "answering", lambda: [fake("podman")])
+    ctx: dict = {}
+    finding = dict(doctor.CHECKS)["engines"](ctx)
+    assert finding.severity == "ok" and finding.message == "answering: podman" and ctx["engines"] == ["podman"]
+    monkeypatch.setattr(engine, "answering", lambda: [])
+    assert dict(doctor.CHECKS)["engines"]({}).severity == "fail"

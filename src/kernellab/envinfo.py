@@ -53,7 +53,7 @@ def _os_release() -> str | None:
 
 def _torch() -> dict[str, Any]:
     try:
-        import torch  # noqa: PLC0415
+        import torch
     except Exception as e:  # an image without torch is still described
         return {"torch": None, "error": f"{type(e).__name__}: {e}"}
     info: dict[str, Any] = {"torch": torch.__version__, "torch_cuda": torch.version.cuda}
@@ -62,7 +62,7 @@ def _torch() -> dict[str, Any]:
     except Exception:
         info["cudnn"] = None
     try:
-        import triton  # noqa: PLC0415
+        import triton
         info["triton"] = triton.__version__
     except Exception:
         info["triton"] = None

@@ -101,7 +101,8 @@ def read_lock(spec: Spec, lock_dir: Path = LOCK_DIR) -> dict[str, Any]:
                          f"without --locked to create it.")
     try:
         lock = json.loads(path.read_text())
-        lock["base"]["digest"], lock["pip_freeze"]  # noqa: B018 - the keys a locked build needs
+        if not isinstance(lock["base"]["digest"], str) or not isinstance(lock["pip_freeze"], list):
+            raise TypeError  # the keys a locked build needs
     except (ValueError, KeyError, TypeError):
         raise BuildError(f"the lock {path} is not a kernellab lock (bad JSON or missing keys); restore it from "
                          f"git or rebuild without --locked.") from None

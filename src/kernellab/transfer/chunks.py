@@ -77,7 +77,7 @@ class ChunkWriter:
         while view:
             if self._file is None:
                 name = f"{CHUNK_PREFIX}{len(self.chunks):0{self.width}d}"
-                self._file = open(self.folder / name, "wb")  # noqa: SIM115 (open across writes)
+                self._file = open(self.folder / name, "wb")  # kept open across writes
                 self.chunks.append(Chunk(name))
             piece = view[:self.chunk_size - self._size]
             self._file.write(piece)
