@@ -213,6 +213,8 @@ def test_tests_and_tasks_pick_the_same_torch_index(monkeypatch, env, proxy, up, 
 
 
 def test_the_index_rule_lives_in_one_function(monkeypatch):
+    for var in (torch_index.ENV, "HTTPS_PROXY", "https_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(var, raising=False)  # CI sets KERNELLAB_TORCH_INDEX=; this test sets its own
     monkeypatch.setattr(torch_index, "reachable", Probe(False))
     none: dict[str, str] = {}
     assert torch_index.choose_index(M, environ=none) == (M.torch_index, ""), "resolving never probes"
