@@ -23,13 +23,9 @@ sys.path.insert(0, str(ROOT / "src"))
 
 @functools.lru_cache(maxsize=1)
 def docker_problem() -> str | None:
-    try:
-        import docker
-        docker.from_env(timeout=20).ping()
-        return None
-    except Exception as e:  # the reason is reported, not swallowed
-        return (f"needs a running Docker engine ({type(e).__name__}); run `make engine` (as root) "
-                f"or set DOCKER_HOST")
+    from kernellab import engine
+    docker = engine.by_name("docker")
+    return None if docker.answers() else f"needs a running Docker engine: {docker.problem()}"
 
 
 @functools.lru_cache(maxsize=1)
@@ -78,3 +74,11 @@ def docker_client():
     client = docker.from_env(timeout=300)
     yield client
     client.close()
+
+
+@pytest.fixture(autouse=True)
+def _engine_choice_is_per_test():
+    """engine.select() is process state (the task layer sets it): no test sees another's choice."""
+    from kernellab import engine
+    yield
+    engine.select(None)

@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 
 import pytest
 
@@ -72,17 +73,34 @@ def test_a_container_runs_as_a_non_root_uid_and_its_files_in_the_mount_are_that_
 
 
 def test_an_exported_bundle_imports_back_as_the_same_image(eng, built, tmp_path):
-    ref = built.tags[0]
+    # A child of the built image that nothing else uses, so it can be deleted whole and come back.
+    ref = f"kernellab-roundtrip:{uuid.uuid4().hex[:8]}"
+    (tmp_path / "ctx").mkdir()
+    (tmp_path / "ctx" / "Dockerfile").write_text(f"FROM {built.tags[0]}\nLABEL kernellab.test={ref}\n")
+    argv, env = eng.build_argv(tmp_path / "ctx", iidfile=tmp_path / "iid", tags=[ref], network="none")
+    subprocess.run(argv, env={**os.environ, **env}, check=True, capture_output=True)
+    image_id = eng.image_id(ref)
     bundle = transfer.export_image(ref, tmp_path / "bundle", engine=eng)
-    eng.untag(ref)
-    assert not eng.exists(ref)
+    eng.remove_image(image_id)
+    assert not eng.exists(image_id) and not eng.exists(ref), "the image itself is gone, not just a tag"
     transfer.import_bundle(bundle, engine=eng)
-    assert eng.image_id(ref) == built.image_id
+    try:
+        assert eng.image_id(ref) == image_id and eng.labels(ref)["kernellab.test"] == ref
+    finally:
+        eng.remove_image(image_id)
+
+
+def test_a_build_leaves_no_staging_tag_behind(eng, built):
+    tags = [t for i in eng.inspect_many(eng.image_ids()) for t in i.get("RepoTags") or []]
+    assert not [t for t in tags if t.startswith("kernellab-staging:")]
+    assert built.tags[0] in tags, "names read as Docker's (no localhost/ prefix)"
 
 
 def test_shell_cmd_runs_through_a_shell_in_the_container(eng, built, tmp_path):
-    env = {**os.environ, "KERNELLAB_ENGINE": eng.name, "KERNELLAB_CACHE": str(tmp_path / "cache")}
-    r = subprocess.run([sys.executable, "-m", "invoke", "shell", "--image", built.tags[0], "--gpu-mode", "none",
+    env = {**os.environ, "KERNELLAB_CACHE": str(tmp_path / "cache")}
+    env.pop("KERNELLAB_ENGINE", None)  # the flag alone must choose the engine
+    r = subprocess.run([sys.executable, "-m", "invoke", "shell", "--engine", eng.name, "--image", built.tags[0],
+                        "--gpu-mode", "none",
                         "--cmd", "cd /tmp && echo made > f && cat f && test -n \"$HOME\""],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr

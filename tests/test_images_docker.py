@@ -28,7 +28,7 @@ DOCKER = engine.by_name("docker")
 
 def cpu_spec(**kw):
     """The cpu target resolved as `invoke build-image` resolves it (same PyTorch index rule as the tasks)."""
-    return images.resolve_request(target="cpu", **kw)
+    return images.resolve_request(target="cpu", engine=DOCKER, **kw)
 
 
 @pytest.fixture(scope="session")
@@ -41,7 +41,7 @@ def cpu_image(docker_client, lock_dir):
     """The cpu target, built for real: (Built, build log)."""
     log = io.StringIO()
     t0 = time.monotonic()
-    built = images.build(cpu_spec(), lock_dir=lock_dir, ca_certs=network.ca_certificates(), out=log)
+    built = images.build(cpu_spec(), lock_dir=lock_dir, ca_certs=network.ca_certificates(), out=log, engine=DOCKER)
     return built, log.getvalue(), time.monotonic() - t0
 
 
@@ -102,7 +102,7 @@ def test_container_exit_code_is_the_commands(cpu_image, tmp_path, monkeypatch):
 def test_unchanged_rebuild_is_served_from_cache(cpu_image, lock_dir):
     built, _, _ = cpu_image
     log = io.StringIO()
-    again = images.build(cpu_spec(), lock_dir=lock_dir, ca_certs=network.ca_certificates(), out=log)
+    again = images.build(cpu_spec(), lock_dir=lock_dir, ca_certs=network.ca_certificates(), out=log, engine=DOCKER)
     text = log.getvalue()
     assert again.image_id == built.image_id, "same inputs, same image"
     run_steps = [ln for ln in text.splitlines() if "] RUN " in ln and ln.startswith("#")]
@@ -114,7 +114,7 @@ def test_locked_rebuild_reproduces_the_same_pip_freeze(cpu_image, lock_dir):
     built, _, _ = cpu_image
     lock = json.loads(built.lock_file.read_text())
     again = images.build(cpu_spec(), lock_dir=lock_dir, locked=True, ca_certs=network.ca_certificates(),
-                         out=io.StringIO())
+                         out=io.StringIO(), engine=DOCKER)
     relock = json.loads(again.lock_file.read_text())
     assert relock["pip_freeze"] == lock["pip_freeze"]
     assert relock["base"] == lock["base"]
@@ -135,7 +135,7 @@ def test_a_failing_step_is_named_and_the_previous_image_of_the_tag_is_kept(cpu_i
     bad = dataclasses.replace(cpu_spec(), extra_apt=("kernellab-no-such-package",), target=None)
     subprocess.run(["docker", "tag", current, bad.tag], check=True)
     with pytest.raises(BuildError) as e:
-        images.build(bad, lock_dir=lock_dir, out=io.StringIO())
+        images.build(bad, lock_dir=lock_dir, out=io.StringIO(), engine=DOCKER)
     msg = str(e.value)
     assert "failed at step" in msg and "apt-get" in msg and "kernellab-no-such-package" in msg
     assert DOCKER.image_id(bad.tag) == current, "the old image still holds the tag"
@@ -151,7 +151,7 @@ def test_no_engine_is_one_clear_sentence(monkeypatch):
 def test_missing_base_image_says_how_to_get_it(docker_client):
     spec = dataclasses.replace(resolve(M, cuda="12.4", gpu="h100"), base="kernellab-test/no-such-base:1")
     with pytest.raises(BuildError, match="could not be pulled.*import-image"):
-        images.ensure_base(spec, out=io.StringIO())
+        images.ensure_base(spec, out=io.StringIO(), engine=DOCKER)
 
 
 def test_proxy_credentials_never_reach_the_image_and_the_ca_is_trusted(cpu_image, lock_dir, tmp_path, monkeypatch):
@@ -166,7 +166,7 @@ def test_proxy_credentials_never_reach_the_image_and_the_ca_is_trusted(cpu_image
         for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
             monkeypatch.setenv(var, url)
         # Only the extra CA differs from the cached build: every later layer goes through the proxy.
-        built = images.build(cpu_spec(), lock_dir=lock_dir, out=io.StringIO(),
+        built = images.build(cpu_spec(), lock_dir=lock_dir, out=io.StringIO(), engine=DOCKER,
                              ca_certs=(*network.ca_certificates(), cert))
     assert any(ok for _, _, ok in proxy.requests), f"the build did not use the proxy: {proxy.requests[:5]}"
     ref = built.tags[0]
@@ -184,7 +184,7 @@ def test_proxy_credentials_never_reach_the_image_and_the_ca_is_trusted(cpu_image
 def pip_toolkit_image(docker_client, lock_dir):
     # torch 2.13.0 is a cu130 build on PyPI; a site's find-links may serve its own build of it (CI: CPU).
     spec = resolve(M, target="cu130-pip", torch="2.13.0", torch_index=os.environ.get("KERNELLAB_TORCH_INDEX"))
-    return images.build(spec, lock_dir=lock_dir, ca_certs=network.ca_certificates(), out=io.StringIO())
+    return images.build(spec, lock_dir=lock_dir, ca_certs=network.ca_certificates(), out=io.StringIO(), engine=DOCKER)
 
 
 CUDA_SRC = r"""
@@ -224,27 +224,26 @@ def test_base_image_with_pytorch_is_verified_and_never_reinstalled(cpu_image, lo
     site = "kernellab-test/site-base:1"
     subprocess.run(["docker", "tag", "kernellab:cpu", site], check=True)
     try:
-        spec = images.resolve_request(base_image=site, gpu="cpu")
+        spec = images.resolve_request(base_image=site, gpu="cpu", engine=DOCKER)
         assert (spec.kind, spec.torch, spec.torch_variant) == ("base-image", "2.13.0", "preinstalled")
         log = io.StringIO()
-        on_site = images.build(spec, lock_dir=lock_dir, out=log)
+        on_site = images.build(spec, lock_dir=lock_dir, out=log, engine=DOCKER)
         assert "pip install" not in log.getvalue()
         assert DOCKER.labels(on_site.tags[0])["kernellab.torch-variant"] == "preinstalled"
         with pytest.raises(ResolveError, match="has PyTorch 2.13.0\\+cpu, not 2.5"):
-            images.resolve_request(base_image=site, gpu="cpu", torch="2.5")
+            images.resolve_request(base_image=site, gpu="cpu", torch="2.5", engine=DOCKER)
     finally:
         subprocess.run(["docker", "rmi", "--no-prune", site], capture_output=True)
 
 
 INTERRUPTED_BUILD = """
-import dataclasses, os, sys
+import dataclasses, sys
 sys.path.insert(0, "src")
-from kernellab import images, targets
-from kernellab.resolve import resolve
-spec = resolve(targets.load(), target="cpu", torch_index=os.environ.get("KERNELLAB_TORCH_INDEX"))
+from kernellab import engine, images
+spec = images.resolve_request(target="cpu")
 spec = dataclasses.replace(spec, target=None, extra_apt=("cowsay",))
 print(spec.tag, flush=True)
-images.build(spec, lock_dir=__import__("pathlib").Path(sys.argv[1]))
+images.build(spec, lock_dir=__import__("pathlib").Path(sys.argv[1]), engine=engine.by_name("docker"))
 """
 
 

@@ -195,7 +195,7 @@ ENVIRONMENTS = [  # (KERNELLAB_TORCH_INDEX, HTTPS_PROXY, index host answers) -> 
 def test_tests_and_tasks_pick_the_same_torch_index(monkeypatch, env, proxy, up, expect):
     from test_images_docker import cpu_spec  # the Docker tests' helper: it must resolve as the tasks do
 
-    for var in (torch_index.ENV, *torch_index.PROXY_VARS):
+    for var in (torch_index.ENV, *torch_index.HTTPS_PROXY_VARS):
         monkeypatch.delenv(var, raising=False)
     if env is not None:
         monkeypatch.setenv(torch_index.ENV, env)

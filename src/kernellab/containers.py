@@ -6,6 +6,7 @@ UID/GID (nothing in mounted folders becomes root-owned), the GPU in the best ava
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import uuid
 from pathlib import Path
@@ -84,7 +85,9 @@ def run_argv(
                 v = f"{image_env[k]}:{v}"
             full_env[k] = v
     full_env.update(env or {})
+    # The host's name inside too: benchmark results record it, and compare tells machines apart by it.
     return eng.run_argv(image, command, user=(uid, gid), workdir=WORKSPACE, network=network, name=name,
+                        hostname=socket.gethostname(),
                         mounts=(f"{repo.resolve()}:{WORKSPACE}", f"{cache.resolve()}:{CACHE}"),
                         interactive=interactive, tty=interactive and sys.stdin.isatty(),
                         pass_env=pass_env, env=full_env, extra=extra)

@@ -56,6 +56,7 @@ def _engine(ctx: dict[str, Any]) -> Finding:
     except KernellabError as e:
         return Finding("engine", FAIL, str(e).split(";")[0], str(e).split(";", 1)[-1].strip())
     ctx["engine_info"] = info
+    # "docker" is the fingerprint's key since its first version (export-image --check-target reads it).
     ctx["docker"] = {"engine": info.name, "version": info.version, "root": info.root, "rootless": info.rootless,
                      "runtimes": list(info.runtimes)}
     mode = "rootless " if info.rootless else ""
@@ -65,19 +66,19 @@ def _engine(ctx: dict[str, Any]) -> Finding:
 @check("builds")
 def _buildkit(ctx: dict[str, Any]) -> Finding:
     eng = engine.current()
-    if not isinstance(eng, engine.Docker):
-        return Finding("builds", OK, f"builds run through `{eng.cli} build`")
     try:
         cli = eng.builder()
     except KernellabError as e:
-        return Finding("builds", FAIL, str(e).split(";")[0], "install docker-buildx or Debian's docker.io client")
-    return Finding("builds", OK, f"BuildKit builds through `{' '.join(cli[:2])}`")
+        return Finding("builds", FAIL, str(e).split(";")[0], str(e).split(";", 1)[-1].strip())
+    return Finding("builds", OK, f"{eng.name} builds through `{' '.join(cli[:2])}`")
 
 
 @check("disk")
 def _disk(ctx: dict[str, Any]) -> Finding:
     info = ctx.get("engine_info")
-    root = info.root if info is not None and info.root else "/var/lib/docker"
+    if info is None or not info.root:
+        return Finding("disk", INFO, "no engine answered: its data root is unknown")
+    root = info.root
     probe = root if os.path.exists(root) else "/"
     free_gb = shutil.disk_usage(probe).free / 1e9
     msg = f"{free_gb:.0f} GB free under {root}"

@@ -67,7 +67,7 @@ def _plain_run(eng: Engine, image: str, command: list[str], *, entrypoint: str, 
 
 
 def resolve_request(*, target: str | None = None, base_image: str | None = None, matrix: Matrix | None = None,
-                    **flags: Any) -> Spec:
+                    engine: Engine | None = None, **flags: Any) -> Spec:
     """resolve() plus what needs Docker: facts about a --base-image. The index: torch_index.choose_index.
 
     Tasks and tests resolve through here, so both pick the same PyTorch index for the same environment.
@@ -75,7 +75,7 @@ def resolve_request(*, target: str | None = None, base_image: str | None = None,
     matrix = matrix or load()
     named = matrix.targets.get(target) if target else None
     base = base_image or (named.base if named else None)
-    facts = probe_base(base) if base is not None and kinds.probes(base) else None
+    facts = probe_base(base, engine) if base is not None and kinds.probes(base) else None
     return resolve(matrix, target=target, base_image=base_image, base_facts=facts,
                    torch_index=torch_index.choose_index(matrix)[0], **flags)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from .. import images, network, render, targets
 from ..errors import KernellabError
 from ..resolve import resolve
-from . import configured_target, task
+from . import ENGINE_HELP, configured_target, task
 
 BUILD_HELP = {
     "target": "a named target from docker/targets.toml (default: this machine's: GPU found -> gpu, else cpu)",
@@ -27,6 +27,7 @@ BUILD_HELP = {
     "no_host_certs": "do not add the host's /usr/local/share/ca-certificates/*.crt",
     "wheelhouse": "a folder of wheels: install offline from it only",
     "no_cache": "build without the layer cache",
+    "engine": ENGINE_HELP,
 }
 
 
@@ -41,7 +42,7 @@ def _spec(target, cuda, gpu, torch, python, llvm, gcc, ubuntu, toolkit, base_ima
 @task(help=BUILD_HELP, iterable=["gpu", "ca_cert"], auto_shortflags=False)
 def build_image(c, target=None, cuda=None, gpu=None, torch=None, python=None, llvm=None, gcc=None, ubuntu=None,
                 toolkit=None, base_image=None, dry_run=False, locked=False, ca_cert=None, no_host_certs=False,
-                wheelhouse=None, no_cache=False):
+                wheelhouse=None, no_cache=False, engine=None):
     """Resolve, validate and build a pinned image (tags it only on success)."""
     spec = _spec(target, cuda, gpu, torch, python, llvm, gcc, ubuntu, toolkit, base_image,
                  configured=configured_target(c))
@@ -87,8 +88,8 @@ def write_rendered(check: bool = False) -> list[str]:
     return stale
 
 
-@task(help={"suite": "Debian suite for debootstrap (default bookworm)"})
-def base_image(c, suite="bookworm"):
+@task(help={"suite": "Debian suite for debootstrap (default bookworm)", "engine": ENGINE_HELP})
+def base_image(c, suite="bookworm", engine=None):
     """Make the local Debian base image with debootstrap (no registry needed)."""
     tag = images.make_debootstrap_base(suite, out=sys.stdout)
     print(f"made {tag}")

@@ -99,10 +99,12 @@ def _check(ref: str, fingerprint_path: str) -> list[str]:
         "to": "convert instead of loading into the engine: sif (Apptainer) or sqsh (enroot); "
               "or docker/podman to load into that engine",
         "output": "with --to: the file to write (default: ./BUNDLE.sif or ./BUNDLE.sqsh)",
+        "engine": ENGINE_HELP,
     },
     positional=["bundle"],  # required: invoke only fills positionals that have no default
 )
-def import_image(c: Any, bundle: str, to: str | None = None, output: str | None = None) -> None:
+def import_image(c: Any, bundle: str, to: str | None = None, output: str | None = None,
+                 engine: str | None = None) -> None:
     """Verify a bundle chunk by chunk, then load it into the engine or convert it (--to sif|sqsh)."""
     meter = _Meter()
     try:

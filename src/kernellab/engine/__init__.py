@@ -21,6 +21,7 @@ ENGINES = ("docker", "podman")
 #: Adding an engine: a module with an Engine subclass, and one line here.
 _REGISTRY: dict[str, type[Engine]] = {"docker": Docker, "podman": Podman}
 _chosen: str | None = None
+_found: str | None = None
 _instances: dict[str, Engine] = {}
 
 
@@ -45,10 +46,11 @@ def current() -> Engine:
     name = _chosen or os.environ.get("KERNELLAB_ENGINE") or None
     if name:
         return by_name(name)
-    for candidate in ENGINES:
-        if by_name(candidate).answers():
-            return by_name(candidate)
-    return by_name("docker")  # nothing answers: its problem() names the remedy
+    global _found
+    if _found is None:
+        # Probed once per process: a Docker ping and `podman info` cost time on every call otherwise.
+        _found = next((n for n in ENGINES if by_name(n).answers()), None)
+    return by_name(_found or "docker")  # nothing answers: docker's problem() names the remedy
 
 
 def answering() -> list[Engine]:

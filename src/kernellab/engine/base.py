@@ -121,6 +121,14 @@ class Engine:
         """Remove a tag, keeping the image if other tags or children use it; never fails."""
         self._run("rmi", ref, check=False)
 
+    def remove_image(self, ref: str) -> None:
+        """Delete an image and every tag of it (an ID, or a tag); never fails."""
+        self._run("rmi", "-f", ref, check=False)
+
+    def builder(self) -> list[str]:
+        """The command that builds images (doctor shows it)."""
+        return [self.cli, "build"]
+
     def pull(self, ref: str, out: IO[str]) -> None:
         proc.run([self.cli, "pull", ref], stream=True, out=out)
 
@@ -156,7 +164,7 @@ class Engine:
                  env: dict[str, str] | None = None, pass_env: Sequence[str] = (), workdir: str | None = None,
                  network: str | None = None, name: str | None = None, interactive: bool = False, tty: bool = False,
                  init: bool = True, shm_size: str | None = "8g", extra: Sequence[str] = (),
-                 entrypoint: str | None = None, remove: bool = True) -> list[str]:
+                 entrypoint: str | None = None, remove: bool = True, hostname: str | None = None) -> list[str]:
         """`run` for one container: mounts are "host:container[:ro]", pass_env names host variables."""
         argv = [self.cli, "run"]
         if remove:
@@ -175,6 +183,8 @@ class Engine:
         argv += self.network_args(network)
         if name:
             argv += ["--name", name]
+        if hostname:
+            argv += ["--hostname", hostname]
         if entrypoint is not None:
             argv += ["--entrypoint", entrypoint]
         for k in pass_env:

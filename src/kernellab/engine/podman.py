@@ -88,5 +88,32 @@ class Podman(Engine):
         return ["--network", network or "host"]
 
     def pull(self, ref: str, out: IO[str]) -> None:
-        proc.run([self.cli, "pull", f"docker.io/{ref}" if "/" in ref and "." not in ref.split("/")[0] else ref],
-                 stream=True, out=out)
+        proc.run([self.cli, "pull", qualified(ref)], stream=True, out=out)
+
+    def untag(self, ref: str) -> None:
+        # `podman rmi` refuses an image that has children (the staging image under the final one).
+        self._run("untag", ref, ref, check=False)
+
+    def _normalize(self, image: dict[str, Any]) -> dict[str, Any]:
+        """Docker's names: `localhost/kernellab:cpu` is `kernellab:cpu`, `docker.io/nvidia/cuda` is `nvidia/cuda`."""
+        image = super()._normalize(image)
+        return {**image, "RepoTags": [short(t) for t in image.get("RepoTags") or []],
+                "RepoDigests": [short(d) for d in image.get("RepoDigests") or []]}
+
+
+def qualified(ref: str) -> str:
+    """A fully qualified name, as Podman needs where no unqualified-search registries are set."""
+    first, slash, _ = ref.partition("/")
+    if not slash:
+        return f"docker.io/library/{ref}"
+    if "." in first or ":" in first or first == "localhost":
+        return ref
+    return f"docker.io/{ref}"
+
+
+def short(name: str) -> str:
+    """The name Docker would show for a fully qualified one."""
+    for prefix in ("localhost/", "docker.io/library/", "docker.io/"):
+        if name.startswith(prefix):
+            return name[len(prefix):]
+    return name

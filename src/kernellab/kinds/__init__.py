@@ -41,14 +41,15 @@ def get(name: str) -> Kind:
 
 def for_request(req: Request) -> Kind:
     """The first kind in the registry that claims req, or ResolveError."""
-    for kind in REGISTRY.values():
-        if kind.claims(req):
-            return kind
     toolkits = sorted((k.toolkit, k.toolkit_help) for k in REGISTRY.values() if k.toolkit)
     if req.toolkit and req.toolkit not in {t for t, _ in toolkits}:
+        # Checked before any kind claims the request: a typo must never be ignored by a kind without toolkits.
         choices = " or ".join(f"{t} ({h})" for t, h in toolkits)
         raise ResolveError(f"unknown toolkit `{req.toolkit}`{did_you_mean(req.toolkit, [t for t, _ in toolkits])}; "
                            f"use {choices}.")
+    for kind in REGISTRY.values():
+        if kind.claims(req):
+            return kind
     raise ResolveError(f"no kind of image fits this request (kinds: {', '.join(REGISTRY)}); "
                        f"name a GPU, a --toolkit, or a --base-image.")
 

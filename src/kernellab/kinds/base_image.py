@@ -25,7 +25,7 @@ class BaseImage(Kind):
     def resolve(self, matrix: Matrix, req: Request) -> Spec:
         base, facts = str(req.base), req.base_facts
         if facts is None:
-            raise ResolveError(f"cannot inspect base image `{base}`; make sure it exists (`docker image ls`).")
+            raise ResolveError(f"cannot inspect base image `{base}`; make sure it exists (`docker image ls` or `podman image ls`).")
         if facts.torch is None:
             raise ResolveError(f"base image `{base}` has no importable torch for its python3; use an image with "
                                f"PyTorch installed, or drop --base-image to have kernellab install it.")

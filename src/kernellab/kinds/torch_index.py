@@ -16,7 +16,8 @@ from ..targets import Matrix, Torch
 
 ENV = "KERNELLAB_TORCH_INDEX"
 #: With a proxy set, the index host is the proxy's to reach: it is not probed directly.
-PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY")
+#: Set, they mean HTTPS goes through a proxy: a failed direct probe says nothing about the index.
+HTTPS_PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
 
 
 def reachable(host: str) -> bool:
@@ -42,7 +43,7 @@ def choose_index(matrix: Matrix, *, probe: bool = False, environ: Mapping[str, s
     env = os.environ if environ is None else environ
     if ENV in env:
         return env[ENV], ""
-    if not probe or not matrix.torch_index or any(env.get(v) for v in PROXY_VARS):
+    if not probe or not matrix.torch_index or any(env.get(v) for v in HTTPS_PROXY_VARS):
         return matrix.torch_index, ""
     host = urllib.parse.urlparse(matrix.torch_index.replace("{variant}", "cpu")).hostname or ""
     if reachable(host):
