@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from . import ROOT, kinds, network, proc, render
+from . import ROOT, kinds, network, proc, progress, render
 from .engine import Engine, resolve_engine
 from .errors import BuildError, CommandError, KernellabError, ResolveError
 from .kinds import debootstrap_cpu, torch_index
@@ -126,6 +126,39 @@ class Built:
 
 
 _STEP = re.compile(r"^\s*> \[(.+?)\] (.*?):?$")
+#: A step starting: BuildKit's `#7 [stage 3/9] RUN ...`, Podman's `STEP 3/9: RUN ...`.
+_STARTS = re.compile(r"^(?:#\d+ \[(?:\S+ )?(\d+)/(\d+)\]|STEP (\d+)/(\d+):) (.*)")
+
+
+class BuildSteps:
+    """The build log, with a bar of its steps when `out` is a terminal (in a log: the log as is)."""
+
+    def __init__(self, out: IO[str]):
+        self.out = out
+        self.bar: progress.Bar | None = None
+        self.tty = getattr(out, "isatty", lambda: False)()
+
+    def write(self, line: str) -> int:
+        m = _STARTS.match(line)
+        if self.tty and m:
+            done, total = int(m.group(1) or m.group(3)), int(m.group(2) or m.group(4))
+            if self.bar is None or self.bar.total != total:
+                self.close()
+                self.bar = progress.Bar(total, "build", unit="step", out=self.out)
+            self.bar.update_to(done - 1, m.group(5)[:50])
+        if self.bar is not None:
+            self.bar.write(line)
+        else:
+            self.out.write(line)
+        return len(line)
+
+    def flush(self) -> None:
+        self.out.flush()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
 
 
 def _build_failure(e: CommandError, spec: Spec) -> BuildError:
@@ -181,10 +214,13 @@ def build(
             argv, build_env = eng.build_argv(ctx, iidfile=iidfile, secrets={"pipconf": pipconf},
                                              build_args=proxy_args, no_cache=no_cache)
             out.write(f"building {spec.tag} FROM {base_ref} with {eng.name}\n")
+            steps = BuildSteps(out)
             try:
-                proc.run(argv, stream=True, out=out, env={**build_env, **proxy_env})
+                proc.run(argv, stream=True, out=steps, env={**build_env, **proxy_env})
             except CommandError as e:
                 raise _build_failure(e, spec) from None
+            finally:
+                steps.close()
         built_id = _iid(iidfile)
         info = _envinfo(eng, built_id)
         new_lock = {

@@ -8,15 +8,24 @@ import collections
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
 from dataclasses import dataclass
-from typing import IO, Iterator, Mapping, Sequence
+from typing import IO, Iterator, Mapping, Protocol, Sequence
 
 from .errors import CommandError, KernellabError
 
 TAIL_LINES = 25
+
+
+class Writer(Protocol):
+    """Where streamed output goes: a text file, or anything with write and flush."""
+
+    def write(self, text: str, /) -> int: ...
+
+    def flush(self) -> None: ...
 
 
 @dataclass
@@ -53,7 +62,7 @@ def run(
     input: str | bytes | None = None,
     timeout: float | None = None,
     hint: str = "",
-    out: IO[str] | None = None,
+    out: Writer | None = None,
 ) -> Result:
     """Run argv; capture its output, or with stream=True also echo it line by line to `out`.
 
@@ -78,19 +87,46 @@ def run(
     return _run_streaming(argv, check=check, cwd=cwd, env=env, input=input, timeout=timeout, hint=hint, out=out)
 
 
+#: After Ctrl-C, how long call() lets its child finish on its own (a container client forwards the
+#: signal, waits for the container and removes it) before killing it.
+INTERRUPT_GRACE_S = 10.0
+#: How long call() waits before passing a SIGINT on, in case it reached this process alone (`kill -INT`).
+INTERRUPT_FORWARD_S = 1.0
+
+
 def call(argv: Sequence[str], *, cwd: str | os.PathLike | None = None, env: Mapping[str, str] | None = None) -> int:
     """Run argv attached to this terminal (stdin, stdout, stderr); return its exit code.
 
     For interactive shells and for commands whose exit code is the answer (pytest in a container).
-    Ctrl-C reaches the child through the terminal; here it returns 130.
+    Ctrl-C reaches the child through the terminal; here it returns 130 once the child has stopped:
+    the child gets INTERRUPT_GRACE_S to stop cleanly (a SIGINT sent to this process alone is passed
+    on after INTERRUPT_FORWARD_S), then, or at a second Ctrl-C, it is killed.
     """
     argv = [str(a) for a in argv]
     if shutil.which(argv[0]) is None and not os.path.exists(argv[0]):
         raise KernellabError(f"`{argv[0]}` is not installed or not on PATH; install it and try again.")
+    p = subprocess.Popen(argv, cwd=cwd, env=_env(env))
     try:
-        return subprocess.call(argv, cwd=cwd, env=_env(env))
+        return p.wait()
     except KeyboardInterrupt:
+        try:
+            if not _exits_within(p, INTERRUPT_FORWARD_S):
+                p.send_signal(signal.SIGINT)
+                _exits_within(p, INTERRUPT_GRACE_S - INTERRUPT_FORWARD_S)
+        except KeyboardInterrupt:
+            pass
+        if p.poll() is None:
+            p.kill()
+            p.wait()
         return 130
+
+
+def _exits_within(p: subprocess.Popen, seconds: float) -> bool:
+    try:
+        p.wait(timeout=seconds)
+        return True
+    except subprocess.TimeoutExpired:
+        return False
 
 
 def _run_streaming(argv, *, check, cwd, env, input, timeout, hint, out) -> Result:

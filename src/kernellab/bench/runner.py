@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Callable
 
-from .. import ROOT, extensions, tolerances
+from .. import ROOT, extensions, progress, tolerances
 from ..errors import BenchError
 from . import clocks, environment, gpu_mutex, results, roofline, stats, timing
 
@@ -217,26 +217,24 @@ def check(fn: Callable[..., Any], inputs: tuple, expected: Any, *, atol: float, 
 
 
 class Progress:
-    """A one-line progress bar on a terminal; one line per case in a log."""
-
-    WIDTH = 24
+    """One bar over all cases on a terminal (kernellab.progress), one line per case in a log."""
 
     def __init__(self, total: int, out: IO[str]):
-        self.total, self.done, self.out = max(total, 1), 0, out
-        self.tty = getattr(out, "isatty", lambda: False)()
+        self.bar = progress.Bar(max(total, 1), "bench", unit="case", out=out)
         self.label = ""
 
     def step(self, label: str) -> None:
-        self.done += 1
         self.label = label
-        if self.tty:
-            filled = self.WIDTH * (self.done - 1) // self.total
-            bar = "#" * filled + "." * (self.WIDTH - filled)
-            self.out.write(f"\r[{bar}] {self.done}/{self.total} {label}\033[K")
-            self.out.flush()
+        if self.bar.tty:
+            self.bar.step(label)
+        else:
+            self.bar.done += 1  # the result line says it
 
     def skip(self, n: int) -> None:
-        self.done += n
+        if self.bar.tty:
+            self.bar.update_to(self.bar.done + n)
+        else:
+            self.bar.done += n
 
     def result(self, rows: list[dict[str, Any]]) -> None:
         parts = []
@@ -245,13 +243,10 @@ class Progress:
                 parts.append(f"{r['impl']} {results.fmt_time(r['stats']['median'])}")
             else:
                 parts.append(f"{r['impl']} {r['status']}")
-        line = f"[{self.done}/{self.total}] {self.label}: " + ", ".join(parts)
-        self.out.write(("\r" + line + "\033[K\n") if self.tty else line + "\n")
-        self.out.flush()
+        self.bar.write(f"[{self.bar.done}/{self.bar.total}] {self.label}: " + ", ".join(parts))
 
     def close(self) -> None:
-        if self.tty:
-            self.out.write("\n")
+        self.bar.close()
 
 
 def _warnings(doc: dict[str, Any], clock_errors: list[str]) -> list[str]:

@@ -2,38 +2,29 @@
 from __future__ import annotations
 
 import sys
-import time
 from typing import Any
 
 from .. import engine as engines
-from .. import transfer
+from .. import progress, transfer
 from . import ENGINE_HELP, task
 
 
 class _Meter:
-    """Progress on stderr: one updating line on a terminal, a line every 15 s in a log."""
+    """Progress of each phase (export, verify, import) in bytes: a bar on a terminal, a line every 15 s in a log."""
 
     def __init__(self) -> None:
-        self.tty = sys.stderr.isatty()
-        self.start: dict[str, float] = {}
-        self.last = 0.0
+        self.bars: dict[str, progress.Bar] = {}
 
     def __call__(self, phase: str, done: int, total: int | None) -> None:
-        now = time.monotonic()
-        start = self.start.setdefault(phase, now)
-        finished = total is not None and done >= total
-        if now - start < 1 or (now - self.last < (0.5 if self.tty else 15) and not finished):
-            return  # nothing worth a line yet: short steps stay quiet
-        self.last = now
-        rate = done / 1e6 / max(now - start, 1e-6)
-        of = f" of ~{total / 1e6:,.0f}" if total else ""
-        line = f"{phase}: {done / 1e6:,.0f}{of} MB, {rate:,.0f} MB/s"
-        sys.stderr.write(f"\r{line:<60}" if self.tty else line + "\n")
-        sys.stderr.flush()
+        if phase not in self.bars:
+            for bar in self.bars.values():
+                bar.close()
+            self.bars[phase] = progress.Bar(total, phase, unit="B", scale=True)
+        self.bars[phase].update_to(done)
 
     def done(self) -> None:
-        if self.tty and self.start:
-            sys.stderr.write("\n")
+        for bar in self.bars.values():
+            bar.close()
 
 
 def _resolve_image(image: str) -> str:
