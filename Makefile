@@ -9,7 +9,7 @@ HOST_TORCH ?= torch==2.13.0
 TARGET ?=
 TARGET_FLAG := $(if $(TARGET),--target $(TARGET),)
 
-.PHONY: all setup engine venv image kernels bench-quick test test-unit lint test-podman bench-build devloop bench-transfer doctor shell render clean
+.PHONY: all setup engine venv image kernels bench-quick watch test test-unit test-tools lint test-podman bench-build devloop bench-transfer doctor shell devcontainer notebook render clean
 
 all: setup image kernels bench-quick  ## the main job: build the default image, test the kernels in it, quick bench
 
@@ -34,11 +34,17 @@ kernels: venv  ## compile the kernels in the image and check them against PyTorc
 bench-quick: venv  ## a quick benchmark in the image; prints the summary table
 	$(INVOKE) bench --quick $(TARGET_FLAG)
 
-test: venv lint  ## lint, types and the test suite (unit, Docker integration, native kernels; GPU tests need a GPU)
+watch: venv  ## rebuild and check one op on every save: make watch OP=softmax [TARGET=NAME] (Ctrl-C stops)
+	$(INVOKE) watch -k "$(OP)" $(TARGET_FLAG)
+
+test: venv lint test-tools  ## lint, types and the test suite (unit, Docker integration, native kernels; GPU tests need a GPU)
 	$(BIN)/python -m pytest
 
 test-unit: venv lint  ## lint, types, and the tests that need neither an engine nor a GPU
 	$(BIN)/python -m pytest -m "not docker and not podman and not gpu"
+
+test-tools:  ## what the devcontainer/notebook tests drive: Debian's chromium (as root), the pinned Dev Containers CLI (npm)
+	bash .ci/test-tools.sh
 
 lint: venv  ## ruff and mypy (configured in pyproject.toml)
 	$(BIN)/ruff check .
@@ -61,6 +67,12 @@ doctor: venv
 
 shell: venv
 	$(INVOKE) shell $(TARGET_FLAG)
+
+devcontainer: venv  ## write .devcontainer/<target>/devcontainer.json (VS Code, devcontainers CLI)
+	$(INVOKE) devcontainer $(TARGET_FLAG)
+
+notebook: venv  ## JupyterLab in the image on 127.0.0.1 (Ctrl-C stops it)
+	$(INVOKE) notebook $(TARGET_FLAG)
 
 render: venv  ## re-render the committed Dockerfiles after editing docker/*.toml
 	$(INVOKE) render-dockerfiles

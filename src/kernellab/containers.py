@@ -29,7 +29,8 @@ def caller_ids() -> tuple[int, int]:
     return uid, gid
 
 
-def _prepare_cache(path: Path, uid: int, gid: int) -> None:
+def prepare_cache(path: Path, uid: int, gid: int) -> None:
+    """Make the cache folder and its subfolders, owned by uid:gid (containers run as them)."""
     for sub in ("", *CACHE_SUBDIRS):
         d = path / sub
         d.mkdir(parents=True, exist_ok=True)
@@ -62,44 +63,63 @@ def run_argv(
     env: dict[str, str] | None = None,
     network: str | None = None,
     name: str | None = None,
+    publish: Sequence[str] = (),
+    pass_env: Sequence[str] = (),
     engine: Engine | None = None,
 ) -> list[str]:
-    """The engine's `run` command line for one container (pure apart from inspecting the image)."""
+    """The engine's `run` command line for one container (pure apart from inspecting the image).
+
+    publish: "127.0.0.1:8888:8888" (host address:host port:container port). pass_env: more host
+    variables passed by name only (their values never appear on the command line).
+    """
     eng = resolve_engine(engine)
     uid, gid = user or caller_ids()
     cache = cache or cache_root()
     # kernellab's own switches (KERNELLAB_OPS, KERNELLAB_REQUIRE_GPU, ...) reach the container too,
     # by name only: the engine reads the values from its environment, so `ps` never shows them.
-    pass_env = [k for k in sorted(os.environ)
-                if k.startswith("KERNELLAB_") and k not in ("KERNELLAB_CACHE", "KERNELLAB_IMAGE_ID", "KERNELLAB_ENGINE")]
-    full_env = {"HOME": f"{CACHE}/home", "USER": os.environ.get("USER", "kernellab") or "kernellab",
-                "KERNELLAB_CACHE": CACHE, "PYTHONPATH": f"{WORKSPACE}/src",
-                "PIP_CACHE_DIR": f"{CACHE}/pip", "KERNELLAB_IMAGE_ID": eng.image_id(image)}
-    extra: list[str] = []
-    if gpu_mode:
-        extra, gpu_env = gpu.container_gpu_args(eng, gpu_mode)
-        image_env = eng.env(image)
-        for k, v in gpu_env.items():
-            # Library and binary paths are appended to the image's own, never replace them.
-            if k in ("PATH", "LD_LIBRARY_PATH") and image_env.get(k):
-                v = f"{image_env[k]}:{v}"
-            full_env[k] = v
+    names = [k for k in sorted(os.environ)
+             if k.startswith("KERNELLAB_") and k not in ("KERNELLAB_CACHE", "KERNELLAB_IMAGE_ID", "KERNELLAB_ENGINE")]
+    full_env, extra = container_env(image, gpu_mode, engine=eng)
+    full_env["KERNELLAB_IMAGE_ID"] = eng.image_id(image)
     full_env.update(env or {})
     # The host's name inside too: benchmark results record it, and compare tells machines apart by it.
     return eng.run_argv(image, command, user=(uid, gid), workdir=WORKSPACE, network=network, name=name,
                         hostname=socket.gethostname(),
                         mounts=(f"{repo.resolve()}:{WORKSPACE}", f"{cache.resolve()}:{CACHE}"),
-                        interactive=interactive, tty=interactive and sys.stdin.isatty(),
-                        pass_env=pass_env, env=full_env, extra=extra)
+                        interactive=interactive, tty=interactive and sys.stdin.isatty(), publish=publish,
+                        pass_env=list(dict.fromkeys([*names, *pass_env])), env=full_env, extra=extra)
+
+
+def container_env(image: str, gpu_mode: str | None, *, engine: Engine | None = None
+                  ) -> tuple[dict[str, str], list[str]]:
+    """The environment every kernellab container gets (home and caches under /cache, PYTHONPATH, the
+    GPU's), and the engine's flags that attach the GPU in gpu_mode (none for None)."""
+    eng = resolve_engine(engine)
+    env = {"HOME": f"{CACHE}/home", "USER": os.environ.get("USER", "kernellab") or "kernellab",
+           "KERNELLAB_CACHE": CACHE, "PYTHONPATH": f"{WORKSPACE}/src", "PIP_CACHE_DIR": f"{CACHE}/pip"}
+    flags: list[str] = []
+    if gpu_mode:
+        flags, gpu_env = gpu.container_gpu_args(eng, gpu_mode)
+        image_env = eng.env(image)
+        for k, v in gpu_env.items():
+            # Library and binary paths are appended to the image's own, never replace them.
+            if k in ("PATH", "LD_LIBRARY_PATH") and image_env.get(k):
+                v = f"{image_env[k]}:{v}"
+            env[k] = v
+    return env, flags
 
 
 def run(image: str, command: Sequence[str] = (), *, gpu: bool | str = True, interactive: bool = False,
         user: tuple[int, int] | None = None, env: dict[str, str] | None = None, network: str | None = None,
-        repo: Path = ROOT, engine: Engine | None = None) -> int:
+        repo: Path = ROOT, publish: Sequence[str] = (), secret_env: dict[str, str] | None = None,
+        name: str | None = None, engine: Engine | None = None) -> int:
     """Run command in a container of image, streaming its output; return its exit code.
 
     gpu: True = the best mode found (none if this machine has no GPU), False = no GPU,
     or a mode name ("nvidia", "cdi", "devices") to force one.
+    publish: ports as "127.0.0.1:HOST:CONTAINER". secret_env: variables the container gets by name
+    only (a token): the engine reads their values from its own environment, never from argv.
+    Ctrl-C (or the client dying with exit 130) removes the container.
     """
     eng = resolve_engine(engine).require()
     if not eng.exists(image):
@@ -109,14 +129,20 @@ def run(image: str, command: Sequence[str] = (), *, gpu: bool | str = True, inte
         raise KernellabError(f"unknown GPU mode `{gpu}`; use one of {', '.join(gpu_mode_names())}.")
     uid, gid = user or caller_ids()
     cache = cache_root()
-    _prepare_cache(cache, uid, gid)
-    name = f"kernellab-{uuid.uuid4().hex[:12]}"
+    prepare_cache(cache, uid, gid)
+    name = name or new_name()
     argv = run_argv(image, command, interactive=interactive, gpu_mode=mode, user=(uid, gid), cache=cache,
-                    env=env, network=network, repo=repo, name=name, engine=eng)
-    code = proc.call(argv)
+                    env=env, network=network, repo=repo, name=name, publish=publish,
+                    pass_env=tuple(secret_env or {}), engine=eng)
+    code = proc.call(argv, env=secret_env)
     if code == 130:  # Ctrl-C: the client may be gone while the container runs on, holding the GPU
         eng.remove_container(name)
     return code
+
+
+def new_name() -> str:
+    """A fresh container name (`kernellab-<12 hex>`)."""
+    return f"kernellab-{uuid.uuid4().hex[:12]}"
 
 
 def gpu_mode_names() -> tuple[str, ...]:

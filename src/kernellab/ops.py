@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -21,10 +22,18 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COMMON", "DEFAULT_SEEDS", "ITEMSIZE", "KERNELS", "KINDS", "BuildOutcome", "OpModule", "OpSpec",
-    "build", "build_all", "build_table", "discover", "load", "main", "parse_spec", "unavailable", "unbuildable",
+    "build", "build_all", "build_table", "common_dir", "discover", "load", "main", "parse_spec", "unavailable",
+    "unbuildable",
 ]
 
 COMMON = KERNELS / "_common"  # headers shared by all ops; on every op's include path
+
+
+def common_dir(op: OpSpec) -> Path:
+    """The shared headers on the op's include path: `_common/` beside the op's folder (an op copied into
+    another kernels folder with its `_common/` builds against that copy), else kernels/_common."""
+    beside = op.path.parent / "_common"
+    return beside if beside.is_dir() else COMMON
 
 
 class OpModule:
@@ -110,7 +119,7 @@ def build(op: OpSpec, *, verbose: bool = False) -> extensions.Build:
         raise ExtensionError(f"{op.name} is a Triton op: there is nothing to compile ahead of time.")
     return extensions.build(
         f"kernellab_{op.name}", [op.path / s for s in op.sources],
-        cuda=op.kind == "cuda", include_dirs=[COMMON], verbose=verbose,
+        cuda=op.kind == "cuda", include_dirs=[common_dir(op)], verbose=verbose,
     )
 
 

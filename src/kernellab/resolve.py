@@ -46,6 +46,8 @@ class Spec:
     extra_apt: tuple[str, ...] = ()
     image_pip: tuple[str, ...] = ()
     image_apt: tuple[str, ...] = ()
+    extras: tuple[str, ...] = ()   # optional parts (matrix.toml [extra.NAME]), e.g. ("jupyter",)
+    extras_pip: tuple[str, ...] = ()  # what they install: one pip step after PyTorch's
     description: str = ""
     warnings: tuple[str, ...] = field(default=(), compare=False)
 
@@ -95,6 +97,7 @@ class Spec:
             ("torch", f"{self.torch or 'from base image'} ({self.torch_variant})"),
             ("triton", self.triton or "-"), ("python", self.python),
             ("gcc", str(self.gcc) if self.gcc else "from base"), ("llvm", self.llvm or "-"),
+            ("extras", ", ".join(self.extras) or "-"),
             ("tag", self.tag),
         ]
         text = "\n".join(f"  {k:<11} {v}" for k, v in rows)
@@ -161,7 +164,8 @@ def resolve(
         cuda=cuda or t.cuda, torch=torch or t.torch, python=python or t.python,
         llvm=str(llvm) if llvm is not None else t.llvm, gcc=gcc_major,
         os=("ubuntu" + ubuntu if ubuntu else os) or t.os, toolkit=toolkit or t.toolkit,
-        base=base_image or t.base, base_facts=base_facts, pip=t.pip, apt=t.apt, description=t.description,
+        base=base_image or t.base, base_facts=base_facts, pip=t.pip, apt=t.apt, with_extras=t.extras,
+        description=t.description,
     )
     return kinds.for_request(req).resolve(matrix, req)
 

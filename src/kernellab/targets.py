@@ -120,6 +120,7 @@ class Target:
     toolkit: str | None = None         # where CUDA comes from: "image" or "pip"
     pip: tuple[str, ...] = ()          # extra packages
     apt: tuple[str, ...] = ()
+    extras: tuple[str, ...] = ()       # optional parts from matrix.toml's [extra.NAME] tables, e.g. "jupyter"
     default_for: str | None = None     # "cpu" or "gpu": what `invoke build-image` picks on such a machine
     rendered: bool = False             # its Dockerfile is committed under docker/rendered/NAME/
 
@@ -153,7 +154,7 @@ def parse_target(name: str, table: Any) -> Target:
                 value = int(value)
             if not isinstance(value, int) or isinstance(value, bool):
                 raise ConfigError(f"{where}: `gcc` must be a major version such as gcc = 12, not {_shown(value)}.")
-        elif key in ("gpu", "pip", "apt"):
+        elif key in ("gpu", "pip", "apt", "extras"):
             if isinstance(value, str) and key == "gpu":
                 value = [value]
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -177,7 +178,16 @@ def _shown(value: Any) -> str:
 def _example(key: str) -> str:
     return {"cuda": "12.4", "torch": "2.5.1", "python": "3.11", "llvm": "17", "os": "ubuntu22.04",
             "base": "debootstrap:bookworm", "toolkit": "image", "description": "what it is for",
-            "gpu": "a100", "pip": "scipy", "apt": "cmake"}.get(key, "...")
+            "gpu": "a100", "pip": "scipy", "apt": "cmake", "extras": "jupyter"}.get(key, "...")
+
+
+@dataclass(frozen=True)
+class Extra:
+    """An optional part of an image (matrix.toml `[extra.NAME]`): a target opts in with `extras = ["NAME"]`."""
+
+    name: str
+    description: str
+    pip: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -191,6 +201,7 @@ class Matrix:
     image_pip: tuple[str, ...]
     image_apt: tuple[str, ...]
     targets: dict[str, Target]
+    extras: dict[str, Extra] = field(default_factory=dict)
 
     def gpu(self, name: str) -> Gpu | None:
         n = name.strip().lower()
@@ -262,10 +273,16 @@ def load(docker_dir: Path = DOCKER_DIR) -> Matrix:
             if os_key not in oses:
                 raise ConfigError(f'[cuda."{c.version}".images] names OS "{os_key}", which has no [os."{os_key}"] table.')
     image = raw.get("image", {})
+    extras = {}
+    for k, v in raw.get("extra", {}).items():
+        pip = _need(v, "pip", f"[extra.{k}]")
+        if not isinstance(pip, list) or not pip or not all(isinstance(p, str) for p in pip):
+            raise ConfigError(f'[extra.{k}] pip must be a non-empty list of requirements such as pip = ["jupyterlab"].')
+        extras[k] = Extra(k, str(v.get("description", "")), tuple(pip))
     targets = {name: parse_target(name, t) for name, t in _read(docker_dir / "targets.toml").get("target", {}).items()}
     return Matrix(
         gpus=gpus, cuda=cuda, torch=torch, llvm=llvm, os=oses,
         torch_index=raw.get("index", {}).get("torch", ""),
         image_pip=tuple(image.get("pip", [])), image_apt=tuple(image.get("apt", [])),
-        targets=targets,
+        targets=targets, extras=extras,
     )

@@ -164,8 +164,10 @@ class Engine:
                  env: dict[str, str] | None = None, pass_env: Sequence[str] = (), workdir: str | None = None,
                  network: str | None = None, name: str | None = None, interactive: bool = False, tty: bool = False,
                  init: bool = True, shm_size: str | None = "8g", extra: Sequence[str] = (),
-                 entrypoint: str | None = None, remove: bool = True, hostname: str | None = None) -> list[str]:
-        """`run` for one container: mounts are "host:container[:ro]", pass_env names host variables."""
+                 entrypoint: str | None = None, remove: bool = True, hostname: str | None = None,
+                 publish: Sequence[str] = ()) -> list[str]:
+        """`run` for one container: mounts are "host:container[:ro]", pass_env names host variables,
+        publish is "host address:host port:container port" (nothing to publish on the host's network)."""
         argv = [self.cli, "run"]
         if remove:
             argv.append("--rm")
@@ -181,6 +183,9 @@ class Engine:
         if interactive:
             argv += ["-it"] if tty else ["-i"]
         argv += self.network_args(network)
+        if not self.shares_host_network(network):
+            for p in publish:
+                argv += ["-p", p]
         if name:
             argv += ["--name", name]
         if hostname:
@@ -193,11 +198,19 @@ class Engine:
             argv += ["-e", f"{k}={v}"]
         return [*argv, *extra, image, *command]
 
+    def has_init(self) -> bool:
+        """Whether `run --init` works (a tiny init as PID 1: signals reach the command, zombies are reaped)."""
+        return True
+
     def user_args(self, uid: int, gid: int) -> list[str]:
         return ["--user", f"{uid}:{gid}"]
 
     def network_args(self, network: str | None) -> list[str]:
         return ["--network", network] if network else []
+
+    def shares_host_network(self, network: str | None) -> bool:
+        """Whether a container run with `network` uses the host's network (its ports are the host's: nothing to publish)."""
+        return network == "host"
 
     def remove_container(self, name: str) -> None:
         self._run("rm", "-f", name, check=False)

@@ -74,10 +74,13 @@ class Podman(Engine):
         return [self.cli, "save", "--format", "docker-archive", *(["-m"] if len(refs) > 1 else []), *refs]
 
     def run_argv(self, image: str, command: Sequence[str] = (), **kw: Any) -> list[str]:
-        # --init needs Podman's catatonit (a package of its own on Debian); without it, run without.
-        if kw.get("init", True) and not any(os.path.exists(p) for p in CATATONIT):
+        if kw.get("init", True) and not self.has_init():
             kw["init"] = False
         return super().run_argv(image, command, **kw)
+
+    def has_init(self) -> bool:
+        # --init needs Podman's catatonit (a package of its own on Debian); without it, run without.
+        return any(os.path.exists(p) for p in CATATONIT)
 
     def user_args(self, uid: int, gid: int) -> list[str]:
         if os.geteuid() != 0:  # rootless: the caller's UID maps to itself inside, not to root
@@ -86,6 +89,9 @@ class Podman(Engine):
 
     def network_args(self, network: str | None) -> list[str]:
         return ["--network", network or "host"]
+
+    def shares_host_network(self, network: str | None) -> bool:
+        return (network or "host") == "host"
 
     def pull(self, ref: str, out: IO[str]) -> None:
         proc.run([self.cli, "pull", qualified(ref)], stream=True, out=out)

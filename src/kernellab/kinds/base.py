@@ -14,6 +14,7 @@ from ..engine import Engine
 from ..errors import BuildError, CommandError
 from ..resolve import BaseFacts, Spec
 from ..targets import DOCKER_DIR, Gpu, Matrix, Os
+from . import choose
 
 
 @dataclass(frozen=True)
@@ -33,12 +34,14 @@ class Request:
     base_facts: BaseFacts | None = None
     pip: tuple[str, ...] = ()
     apt: tuple[str, ...] = ()
+    with_extras: tuple[str, ...] = ()  # optional parts asked for (a target's `extras`)
     description: str = ""
 
     def extras(self, matrix: Matrix) -> dict[str, Any]:
-        """The Spec fields every kind copies: extra packages, what goes in every image, the description."""
+        """The Spec fields every kind copies: extra packages, optional extras, what goes in every image, the description."""
+        names, pip = choose.extras(matrix, self.with_extras)
         return dict(extra_pip=self.pip, extra_apt=self.apt, image_pip=matrix.image_pip, image_apt=matrix.image_apt,
-                    description=self.description)
+                    extras=names, extras_pip=pip, description=self.description)
 
 
 class BaseStatus(NamedTuple):

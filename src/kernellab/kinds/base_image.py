@@ -24,6 +24,9 @@ class BaseImage(Kind):
 
     def resolve(self, matrix: Matrix, req: Request) -> Spec:
         base, facts = str(req.base), req.base_facts
+        if req.with_extras:
+            raise ResolveError(f"a --base-image target cannot take extras ({', '.join(req.with_extras)}): kernellab never "
+                               f"installs Python packages into `{base}`; install them in that image, or drop `extras`.")
         if facts is None:
             raise ResolveError(f"cannot inspect base image `{base}`; make sure it exists (`docker image ls` or `podman image ls`).")
         if facts.torch is None:

@@ -233,3 +233,20 @@ def llvm(matrix: Matrix, os_: Os, cuda: Cuda | None, requested: str | None, warn
         warnings.append(f"clang {v} compiles CUDA only up to {matrix.llvm[v]} as a CUDA compiler; "
                         f"nvcc is unaffected")
     return v
+
+
+# --------------------------------------------------------------------------- optional extras
+
+def extras(matrix: Matrix, names: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The extras asked for (matrix.toml `[extra.NAME]`), in order and once each, and the pip requirements they add."""
+    chosen: list[str] = []
+    pip: list[str] = []
+    for name in names:
+        if name not in matrix.extras:
+            listed = ", ".join(sorted(matrix.extras)) or "none"
+            raise ResolveError(f"unknown extra `{name}`{did_you_mean(name, matrix.extras)}; known extras: {listed} "
+                               f"(add one as [extra.NAME] in docker/matrix.toml).")
+        if name not in chosen:
+            chosen.append(name)
+            pip += [p for p in matrix.extras[name].pip if p not in pip]
+    return tuple(chosen), tuple(pip)

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Tools the integration tests drive from outside the container (`make test-tools`; `make test` runs it):
+# - Debian's chromium, headless: loads the JupyterLab page `invoke notebook` serves (tests/test_devenv_docker.py);
+# - the Dev Containers CLI (npm @devcontainers/cli, pinned here) brings up the file `invoke devcontainer` writes.
+# Idempotent, and never fatal: as root it installs missing OS packages; otherwise (or offline) it says
+# what is missing and goes on (those tests then skip, or fail where KERNELLAB_REQUIRE_DOCKER=1, as in CI).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# The newest release that also runs on Debian 12's own nodejs (18); later ones need node 20.
+DEVCONTAINERS_CLI_VERSION=0.83.0
+PREFIX=.cache/devcontainers-cli
+need=()
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v npm >/dev/null 2>&1 || need+=(nodejs npm)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "kernellab: the notebook and devcontainer tests need ${need[*]}; run \`sudo make test-tools\` once." >&2
+  else
+    echo "installing ${need[*]} from the OS archive"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null; } \
+      || echo "kernellab: could not install ${need[*]} (see above); the tests that need them will say so." >&2
+  fi
+fi
+if command -v npm >/dev/null 2>&1; then
+  have=$(node -p "require('./$PREFIX/node_modules/@devcontainers/cli/package.json').version" 2>/dev/null || true)
+  if [ "$have" != "$DEVCONTAINERS_CLI_VERSION" ]; then
+    echo "installing @devcontainers/cli@$DEVCONTAINERS_CLI_VERSION under $PREFIX"
+    npm install --prefix "$PREFIX" --no-audit --no-fund --loglevel=error "@devcontainers/cli@$DEVCONTAINERS_CLI_VERSION" \
+      || echo "kernellab: npm could not install @devcontainers/cli (see above); the devcontainer tests will say so." >&2
+  fi
+  if [ -x "$PREFIX/node_modules/.bin/devcontainer" ]; then
+    echo "devcontainer CLI $("$PREFIX/node_modules/.bin/devcontainer" --version) at $PREFIX/node_modules/.bin/devcontainer"
+  fi
+fi
+if command -v chromium >/dev/null 2>&1; then echo "$(chromium --version 2>/dev/null | head -1)"; fi
