@@ -202,6 +202,9 @@ def _filter(watchfiles: Any) -> Any:
 
 def _preload(bench: bool) -> Any:
     """Import what every round needs, once, here: the rounds are forked from this process."""
+    # Importing torch.utils.cpp_extension asks torch.cuda.is_available(), which initializes CUDA unless the
+    # check goes through NVML; CUDA initialized here cannot be used in the forked rounds (seen on the H100).
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     try:
         watchfiles = importlib.import_module("watchfiles")
     except ImportError:
