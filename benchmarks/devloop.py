@@ -69,7 +69,8 @@ def watch_figures(op: ops.OpSpec, cache: str, edits: int, *, ready_timeout: floa
         shutil.copytree(ops.common_dir(op), kernels / "_common")
         source = kernels / op.name / kernel_source(op).name
         original = source.read_text()
-        env = {**os.environ, "KERNELLAB_CACHE": cache, "PYTHONPATH": str(ROOT / "src"), "TERM": "dumb"}
+        path = os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH", "")) if p)
+        env = {**os.environ, "KERNELLAB_CACHE": cache, "PYTHONPATH": path, "TERM": "dumb"}
         watcher = subprocess.Popen(
             [sys.executable, "-m", "kernellab.watch", "-k", op.name, "--kernels", str(kernels)], cwd=ROOT, env=env,
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -107,6 +108,7 @@ class _Lines:
 
     def __init__(self, process: subprocess.Popen):
         self.process, self.queue = process, queue.Queue()
+        self.seen: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
@@ -124,7 +126,9 @@ class _Lines:
             except queue.Empty:
                 raise SystemExit(f"devloop: no result from the watcher within {timeout:.0f} s") from None
             if line is None:
-                raise SystemExit(f"devloop: the watcher exited with code {self.process.wait()}")
+                last = "".join(self.seen[-8:])
+                raise SystemExit(f"devloop: the watcher exited with code {self.process.wait()}; its last lines:\n{last}")
+            self.seen.append(line)
             if re.match(r"^(PASS|FAIL|ERROR|CRASH) ", line):
                 return line.strip()
 
