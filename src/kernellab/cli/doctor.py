@@ -12,7 +12,7 @@ from . import ENGINE_HELP, task
 @task(help={"target": "check against this named target (default: this machine's)",
             "json": "print the machine fingerprint as JSON (for export-image --check-target)", "engine": ENGINE_HELP})
 def doctor(c, target=None, json_=False, engine=None):
-    """Check Docker, BuildKit, disk, GPUs, driver, GPU-in-container mode, network, base image."""
+    """Check engines (Docker, Podman), builds, disk, GPUs, driver, GPU-in-container mode, network, base image."""
     findings, ctx = doc.run(target)
     if json_:
         print(json.dumps(doc.fingerprint(findings, ctx), indent=2))
