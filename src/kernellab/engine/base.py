@@ -4,7 +4,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Iterator, Sequence
 
@@ -22,7 +22,6 @@ class EngineInfo:
     rootless: bool
     runtimes: tuple[str, ...] = ()      # OCI runtimes; "nvidia" means --gpus works
     cdi_dirs: tuple[str, ...] = ()      # where CDI specs are read from
-    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
 class Engine:

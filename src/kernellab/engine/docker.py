@@ -50,7 +50,7 @@ class Docker(Engine):
             raise EngineError(f"{self.problem()[:-1]} ({type(e).__name__}).") from None
         return EngineInfo("docker", str(version.get("Version", "")), str(raw.get("DockerRootDir", "/var/lib/docker")),
                           "rootless" in " ".join(raw.get("SecurityOptions") or []),
-                          tuple(sorted((raw.get("Runtimes") or {}).keys())), tuple(raw.get("CDISpecDirs") or ()), raw)
+                          tuple(sorted((raw.get("Runtimes") or {}).keys())), tuple(raw.get("CDISpecDirs") or ()))
 
     def builder(self) -> list[str]:
         """A docker CLI that builds with BuildKit: buildx if present, else a client with it built in."""

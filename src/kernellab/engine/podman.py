@@ -39,7 +39,10 @@ class Podman(Engine):
         if shutil.which(self.cli) is None:
             return "podman is not installed; `sudo apt-get install podman uidmap catatonit` (rootless needs /etc/subuid entries), " \
                    "or use `--engine docker`."
-        r = proc.run([self.cli, "info"], check=False, timeout=60)
+        return self._not_answering(proc.run([self.cli, "info"], check=False, timeout=60))
+
+    def _not_answering(self, r: proc.Result) -> str:
+        """The sentence for a `podman info` that failed with r."""
         why = (r.stderr.strip().splitlines() or ["no output"])[-1][:200]
         hint = ""
         if os.geteuid() == 0:
@@ -49,14 +52,14 @@ class Podman(Engine):
     def info(self) -> EngineInfo:
         r = proc.run([self.cli, "info", "--format", "json"], check=False, timeout=60)
         if not r.ok:
-            raise EngineError(self.problem())
+            raise EngineError(self._not_answering(r))
         raw = json.loads(r.stdout)
         host, store = raw.get("host") or {}, raw.get("store") or {}
         version = (raw.get("version") or {}).get("Version", "")
         cdi = tuple(d for d in ("/etc/cdi", "/var/run/cdi") if os.path.isdir(d))
         runtime = (host.get("ociRuntime") or {}).get("name")
         return EngineInfo("podman", str(version), str(store.get("graphRoot", "")),
-                          bool((host.get("security") or {}).get("rootless")), (runtime,) if runtime else (), cdi, raw)
+                          bool((host.get("security") or {}).get("rootless")), (runtime,) if runtime else (), cdi)
 
     def build_argv(self, context: Path, *, iidfile: Path, tags: Sequence[str] = (), network: str = "host",
                    secrets: dict[str, Path] | None = None, build_args: Sequence[str] = (),
