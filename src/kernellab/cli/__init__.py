@@ -27,6 +27,17 @@ ENGINE_HELP = "container engine: docker or podman (default: invoke config kernel
               "else the first that answers)"
 
 
+#: Help for the `--gpu-mode` flag of every task that runs a container.
+GPU_MODE_HELP = "how the container gets the GPU: nvidia, cdi, devices, or none (default: the best doctor finds)"
+
+
+def gpu_choice(gpu_mode: str | None) -> bool | str:
+    """--gpu-mode as kernellab.containers.run takes it: True (the best mode), False ("none"), or a mode."""
+    if gpu_mode is None:
+        return True
+    return False if gpu_mode == "none" else gpu_mode
+
+
 def task(*args: Any, **kwargs: Any) -> Any:
     """Like invoke's @task, but KernellabError becomes `Exit(message, code)`.
 

@@ -7,15 +7,7 @@ from invoke import Exit
 
 from .. import ROOT, containers, images, proc
 from ..errors import KernellabError
-from . import ENGINE_HELP, configured_target, task
-
-GPU_MODE_HELP = "how the container gets the GPU: nvidia, cdi, devices, or none (default: the best doctor finds)"
-
-
-def _gpu(gpu_mode):
-    if gpu_mode is None:
-        return True
-    return False if gpu_mode == "none" else gpu_mode
+from . import ENGINE_HELP, GPU_MODE_HELP, configured_target, gpu_choice, task
 
 
 def shell_argv(cmd: str | None) -> list[str]:
@@ -37,7 +29,7 @@ def shell(c, target=None, image=None, gpu_mode=None, cmd=None, engine=None):
     if cmd is not None and not cmd.strip():
         raise KernellabError("--cmd is empty; give a command line, or leave --cmd out for an interactive shell.")
     ref = image or images.image_for_target(configured_target(c, target))
-    code = containers.run(ref, shell_argv(cmd), gpu=_gpu(gpu_mode), interactive=cmd is None)
+    code = containers.run(ref, shell_argv(cmd), gpu=gpu_choice(gpu_mode), interactive=cmd is None)
     if code:
         raise Exit(code=code)
 
@@ -54,6 +46,6 @@ def test(c, target=None, image=None, k=None, native=False, gpu_mode=None, suite=
         code = proc.call([sys.executable, *args], cwd=ROOT)
     else:
         ref = image or images.image_for_target(configured_target(c, target))
-        code = containers.run(ref, ["python", *args], gpu=_gpu(gpu_mode))
+        code = containers.run(ref, ["python", *args], gpu=gpu_choice(gpu_mode))
     if code:
         raise Exit(code=code)

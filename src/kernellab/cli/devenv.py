@@ -4,8 +4,7 @@ from __future__ import annotations
 from invoke import Exit
 
 from .. import ROOT, containers, devenv, images
-from . import ENGINE_HELP, configured_target, task
-from .containers import GPU_MODE_HELP, _gpu
+from . import ENGINE_HELP, GPU_MODE_HELP, configured_target, gpu_choice, task
 
 
 @task(help={"target": "named target (default: this machine's); its image is built first if missing",
@@ -14,7 +13,7 @@ def devcontainer(c, target=None, gpu_mode=None, engine=None):
     """Write .devcontainer/<target>/devcontainer.json (VS Code, Codespaces, devcontainers CLI) for a target's image."""
     name = configured_target(c, target) or images.default_target()
     image = devenv.ensure_image(name)
-    mode = devenv.gpu_mode(_gpu(gpu_mode))
+    mode = devenv.gpu_mode(gpu_choice(gpu_mode))
     path = devenv.write_devcontainer(name, image, gpu=mode or False)
     config = devenv.read_jsonc(path)
     rel = path.relative_to(ROOT)
@@ -42,7 +41,7 @@ def notebook(c, target=None, port=8888, gpu_mode=None, engine=None):
     else:
         print(f"From another machine: `{tunnel}`, then open the URL there.")
     print("Ctrl-C stops it and removes the container.", flush=True)
-    code = containers.run(image, nb.argv, gpu=_gpu(gpu_mode), publish=nb.publish, secret_env=nb.env,
+    code = containers.run(image, nb.argv, gpu=gpu_choice(gpu_mode), publish=nb.publish, secret_env=nb.env,
                           name=nb.container)
     if code in (0, 130):  # Ctrl-C, or shut down from the lab's File menu
         print(f"\nJupyterLab stopped; container {nb.container} removed.")

@@ -10,9 +10,7 @@ from invoke import Context, Exit
 from .. import ROOT, proc
 from ..errors import KernellabError
 from ..opspec import KERNELS
-from . import ENGINE_HELP, configured_target, task
-
-GPU_MODE_HELP = "how the container gets the GPU: nvidia, cdi, devices, or none (default: the best doctor finds)"
+from . import ENGINE_HELP, GPU_MODE_HELP, configured_target, gpu_choice, task
 
 
 @task(help={
@@ -48,7 +46,7 @@ def watch(c: Context, k: str | None = None, bench: bool = False, native: bool = 
                                      "move it under the repository or use --native.")
             argv += ["--kernels", f"{containers.WORKSPACE}/{root.relative_to(ROOT)}"]
         image = images.image_for_target(configured_target(c, target))
-        gpu: bool | str = True if gpu_mode is None else (False if gpu_mode == "none" else gpu_mode)
+        gpu = gpu_choice(gpu_mode)
         # On a terminal the container gets one too (a cleared screen per round, Ctrl-C through it).
         tty = sys.stdin.isatty() and sys.stdout.isatty()
         code = containers.run(image, ["python", "-m", "kernellab.watch", *argv], gpu=gpu, interactive=tty)
