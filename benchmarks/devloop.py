@@ -61,8 +61,9 @@ def timed(argv: list[str], env: dict[str, str]) -> float:
 
 
 def watch_figures(op: ops.OpSpec, cache: str, edits: int, *, ready_timeout: float = 900,
-                  edit_timeout: float = 300) -> list[float]:
-    """Seconds from writing the kernel source to the watcher's result, for `edits` edits of a copy of the op."""
+                  edit_timeout: float = 300) -> tuple[list[float], dict[str, list[float]]]:
+    """Seconds from writing the kernel source to the watcher's result, for `edits` edits of a copy of the op,
+    and where they went, as the watcher says in its `time:` line (start, build, checks: one list each)."""
     with tempfile.TemporaryDirectory(prefix="kernellab-devloop-watch-") as tmp:
         kernels = Path(tmp) / "kernels"
         shutil.copytree(op.path, kernels / op.name)
@@ -81,7 +82,8 @@ def watch_figures(op: ops.OpSpec, cache: str, edits: int, *, ready_timeout: floa
             status = lines.next_result(ready_timeout)
             if not status.startswith("PASS"):
                 raise SystemExit(f"devloop: the watcher's first result is not a pass: {status}")
-            seconds = []
+            seconds: list[float] = []
+            phases: dict[str, list[float]] = {}
             for _ in range(edits):
                 time.sleep(2.0)  # as between real saves: the watcher's next round is forked and prepared
                 constant = random.randrange(1, 2**31)  # new content every time: neither ninja nor ccache skips it
@@ -92,7 +94,9 @@ def watch_figures(op: ops.OpSpec, cache: str, edits: int, *, ready_timeout: floa
                 seconds.append(time.perf_counter() - started)
                 if not status.startswith("PASS"):
                     raise SystemExit(f"devloop: the watcher's result after an edit is not a pass: {status}")
-            return seconds
+                for name, value in lines.phases().items():
+                    phases.setdefault(name, []).append(value)
+            return seconds, phases
         finally:
             if watcher.poll() is None:
                 os.killpg(watcher.pid, signal.SIGINT)
@@ -132,6 +136,13 @@ class _Lines:
             if re.match(r"^(PASS|FAIL|ERROR|CRASH) ", line):
                 return line.strip()
 
+    def phases(self) -> dict[str, float]:
+        """The last round's `time:` line (`  time: start 0.05 s, build 1.10 s, ...`) as {phase: seconds}."""
+        for line in reversed(self.seen[-4:]):
+            if line.strip().startswith("time:"):
+                return {m[0]: float(m[1]) for m in re.findall(r"(\w+) ([\d.]+) s", line)}
+        return {}
+
 
 def main(argv: list[str] | None = None) -> int:
     import torch
@@ -163,8 +174,9 @@ def main(argv: list[str] | None = None) -> int:
         figures["edited_s"] = timed(pytest, env)
         figures["unchanged_s"] = timed(pytest, env)
         if args.watch:
-            figures["watch_samples_s"] = watch_figures(op, cache, args.edits)
+            figures["watch_samples_s"], phases = watch_figures(op, cache, args.edits)
             figures["watch_s"] = statistics.median(figures["watch_samples_s"])
+            figures["watch_phases_s"] = {name: statistics.median(v) for name, v in phases.items()}
 
     cold, edited, unchanged, startup = (figures[k] for k in ("cold_s", "edited_s", "unchanged_s", "startup_s"))
     # The build's own share: each run minus the unchanged rerun (start-up, loading and tests are in all three).
@@ -188,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  watch: save -> result (median)  {watched:6.2f} s  {watched / cold:5.0%} of cold  "
               f"(goal <= 2.0 s and <= 20%: {'met' if goals['watch'] else 'MISSED'}); {len(figures['watch_samples_s'])} "
               f"edits: {samples} s")
+        spent = ", ".join(f"{name} {v:.2f} s" for name, v in figures["watch_phases_s"].items())
+        print(f"  watch: where it went (medians)  {spent}")
     if args.json:
         args.json.write_text(json.dumps({"op": op.name, **figures, "goals_met": goals}, indent=1) + "\n")
     return 0

@@ -69,6 +69,21 @@ def match_reference(op: OpSpec, module: OpModule, label: str, shape: dict, dtype
     return None
 
 
+def warm_up(op: OpSpec, module: OpModule, shape: dict, dtype: str, seed: int) -> None:
+    """`match_reference`'s work without a candidate: what a process runs once so that the real check
+    starts warm (the GPU code of input making, the reference and the comparison loaded)."""
+    import torch
+
+    inputs = module.make_inputs(shape, dtype, device(op), seed)
+    before = [t.clone() for t in _tensors(inputs)]
+    expected = module.reference(*inputs)
+    out = torch.full_like(expected, float("nan"))
+    out.copy_(expected)
+    all(torch.equal(a, b) for a, b in zip(before, _tensors(inputs)))
+    atol, rtol = op.tolerances[dtype]
+    torch.testing.assert_close(out, expected, atol=atol, rtol=rtol)
+
+
 def first_mismatch(got: Tensor, expected: Tensor, *, atol: float, rtol: float) -> str | None:
     """How `got` differs from `expected`: how many elements, the first one (row-major) with both values,
     and the greatest absolute difference; None when every element is within tolerance."""

@@ -184,10 +184,10 @@ def load(op: OpSpec, *, verbose: bool = False) -> OpModule:
     key = (op.name, str(op.path))
     if key in _LOADED:
         return _LOADED[key]
-    reference = _import(op, "reference.py")
+    reference = import_file(op, "reference.py")
     if op.kind == "triton":
         built = None
-        namespace: Any = _import(op, op.sources[0])
+        namespace: Any = import_file(op, op.sources[0])
     else:
         import torch
 
@@ -239,7 +239,7 @@ def _writing_out(fn: Callable, label: str, reference: ModuleType) -> Callable:
     return call
 
 
-def _import(op: OpSpec, filename: str) -> ModuleType:
+def import_file(op: OpSpec, filename: str) -> ModuleType:
     path = op.path / filename
     name = f"kernellab_ops.{op.name}.{path.stem}"
     spec = importlib.util.spec_from_file_location(name, path)

@@ -57,6 +57,7 @@ class RoundResult:
     args: list[ArgResult] = field(default_factory=list)
     bench: list[str] = field(default_factory=list)
     seconds: float | None = None         # from the save (or the start) to the result
+    phases: dict[str, float] = field(default_factory=dict)  # where those seconds went: start, build, checks, bench
 
 
 def shape_label(shape: dict) -> str:
@@ -115,6 +116,8 @@ def render(r: RoundResult, *, tty: bool = False, height: int | None = None) -> s
             lines.append(f"  argument checks: {paint('FAIL', '31')} {len(failed_args)} of {len(r.args)}")
             lines += [f"    {a.label} {a.check}: {a.failure}" for a in failed_args[:3]]
         lines += [f"  {line}" for line in r.bench]
+    if r.phases:
+        lines.append("  time: " + ", ".join(f"{name} {seconds:.2f} s" for name, seconds in r.phases.items()))
     status = status_line(r)
     colour = {"pass": "1;32", "fail": "1;31", "error": "1;31"}.get(r.status, "1")
     return "\n".join([*lines, paint(status, colour)])

@@ -42,6 +42,14 @@ def run_round(root: Path, name: str, trigger: Trigger, *, bench: bool = False) -
     from . import checks, ops
 
     result = RoundResult(op=name, trigger=trigger)
+    clock = [time.time()]
+    if not trigger.first:
+        result.phases["start"] = clock[0] - trigger.saved  # the save seen, the round told, its child awake
+
+    def phase(name: str) -> None:
+        now = time.time()
+        result.phases[name] = now - clock[0]
+        clock[0] = now
 
     def finish(status: str, summary: str = "", error: str = "") -> tuple[RoundResult, str | None]:
         result.status, result.summary, result.error = status, summary, error
@@ -65,6 +73,7 @@ def run_round(root: Path, name: str, trigger: Trigger, *, bench: bool = False) -
     except Exception as e:  # reference.py or kernel.py raises on import; op.toml and reference.py disagree
         return finish("error", "does not load", _explain_import(e, spec.path))
     result.build = _build_note(module, time.perf_counter() - t0)
+    phase("build")
 
     for label, shape, dtype, seed in checks.cases(spec):
         try:
@@ -77,8 +86,10 @@ def run_round(root: Path, name: str, trigger: Trigger, *, bench: bool = False) -
             result.args.append(ArgResult(label, mistake, _guarded(checks.rejects_bad_input, spec, module, label, mistake)))
         result.args.append(ArgResult(label, "shapes", _guarded(checks.rejects_bad_shapes, spec, module, label)))
     ok = all(c.failure is None for c in result.cases) and all(a.failure is None for a in result.args)
+    phase("checks")
     if bench:
         result.bench = quick_bench(spec, module) if ok else ["bench: skipped until the checks pass"]
+        phase("bench")
     return finish("pass" if ok else "fail")
 
 
@@ -303,16 +314,29 @@ def _interrupt_once(signum: int, frame: Any) -> None:
 
 
 def _prepare(root: Path, name: str) -> None:
-    """What a round needs before its build, done while waiting for the save: the GPU's context, first calls."""
+    """What a round needs before its build, done while waiting for the save: the GPU's context, and one
+    pass of the checks' reference side (inputs, reference, comparison), so that the GPU code those use is
+    loaded (CUDA loads a kernel at its first launch in a process) and the allocator holds the memory.
+    Nothing computed here is kept: the round makes its inputs and references again, from the files as
+    they are then."""
     try:
         spec = parse_spec(root / name / "op.toml")
         import torch
+
+        from . import checks, ops
 
         torch.testing.assert_close(torch.zeros(2), torch.zeros(2))
         if spec.needs_gpu and torch.cuda.is_available():
             torch.zeros(1, device="cuda")
         if spec.kind == "triton":
             importlib.import_module("triton")
+        if spec.needs_gpu and not torch.cuda.is_available():
+            return
+        reference = ops.OpModule(spec, ops.import_file(spec, "reference.py"), {}, None)
+        for _, shape, dtype, seed in checks.cases(spec):
+            checks.warm_up(spec, reference, shape, dtype, seed)
+        if spec.needs_gpu:
+            torch.cuda.synchronize()
     except Exception:
         pass  # the round itself meets and reports whatever went wrong here
 
