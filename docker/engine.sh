@@ -6,7 +6,7 @@ set -euo pipefail
 need=()
 command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
 [ -x /usr/bin/docker ] || command -v docker >/dev/null 2>&1 || need+=(docker.io)
-command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
+command -v mmdebstrap >/dev/null 2>&1 || need+=(mmdebstrap)
 command -v zstd >/dev/null 2>&1 || need+=(zstd)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
 if [ ${#need[@]} -gt 0 ]; then

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kernellab import containers, engine, images, network, targets
+from kernellab import containers, engine, images, locks, network, targets
 from kernellab.errors import BuildError, DockerError, ResolveError
 from kernellab.resolve import resolve
 from proxy import Proxy
@@ -64,7 +64,7 @@ def test_build_labels_every_version_and_the_lock_hash(cpu_image):
 def test_lock_records_base_digest_freeze_and_toolchain(cpu_image):
     built, _, _ = cpu_image
     lock = json.loads(built.lock_file.read_text())
-    assert images.lock_digest(lock) == built.lock_sha256
+    assert locks.lock_digest(lock) == built.lock_sha256
     assert lock["base"]["digest"].startswith("sha256:")
     assert any(line.startswith("torch==2.13.0") for line in lock["pip_freeze"])
     assert any(line.startswith("ninja==") for line in lock["pip_freeze"])
@@ -113,7 +113,7 @@ def test_unchanged_rebuild_is_served_from_cache(cpu_image, lock_dir):
 def test_locked_rebuild_reproduces_the_same_pip_freeze(cpu_image, lock_dir):
     built, _, _ = cpu_image
     lock = json.loads(built.lock_file.read_text())
-    again = images.build(cpu_spec(), lock_dir=lock_dir, locked=True, ca_certs=network.ca_certificates(),
+    again = images.build(cpu_spec(), lock_dir=lock_dir, lock="strict", ca_certs=network.ca_certificates(),
                          out=io.StringIO(), engine=DOCKER)
     relock = json.loads(again.lock_file.read_text())
     assert relock["pip_freeze"] == lock["pip_freeze"]
@@ -122,11 +122,11 @@ def test_locked_rebuild_reproduces_the_same_pip_freeze(cpu_image, lock_dir):
 
 def test_locked_refuses_a_lock_made_for_another_spec(cpu_image, lock_dir):
     other = dataclasses.replace(cpu_spec(), target="cpu")
-    path = images.lock_path(other, lock_dir)
+    path = locks.lock_path(other, lock_dir)
     lock = json.loads(path.read_text())
     spec = dataclasses.replace(other, extra_pip=("six",))
     with pytest.raises(BuildError, match="different spec .*extra_pip"):
-        images.read_lock(spec, lock_dir)
+        locks.read_lock(spec, lock_dir)
     assert json.loads(path.read_text()) == lock
 
 

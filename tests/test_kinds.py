@@ -64,7 +64,7 @@ def test_a_kind_makes_or_finds_its_base_through_the_engine_it_is_given(monkeypat
     assert kinds.get("cpu").base_status(spec, have).severity == "ok"
     monkeypatch.setattr(debootstrap_cpu.shutil, "which", lambda name: None)
     status = kinds.get("cpu").base_status(spec, fake("docker", {}))
-    assert status.severity == "fail" and "debootstrap is not installed" in status.message
+    assert status.severity == "fail" and "mmdebstrap is not installed" in status.message
     cuda = resolve(M, target="cu121-a100")
     status = kinds.get(cuda.kind).base_status(cuda, fake("docker", {}))
     assert status.severity == "warn" and "will try to pull it" in status.message and "import-image" in status.remedy

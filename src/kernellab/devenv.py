@@ -56,7 +56,7 @@ def ensure_image(target: str, *, engine: Engine | None = None, out: IO[str] = sy
         pass
     out.write(f"kernellab:{target} is not built yet; building it first\n")
     spec = images.resolve_request(target=target, engine=eng)
-    images.build(spec, ca_certs=network.ca_certificates(), out=out, engine=eng)
+    images.build(spec, lock="prefer", ca_certs=network.ca_certificates(), out=out, engine=eng)
     return images.image_for_target(target, engine=eng)
 
 

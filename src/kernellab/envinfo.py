@@ -70,7 +70,7 @@ def _torch() -> dict[str, Any]:
 
 
 def collect() -> dict[str, Any]:
-    """The environment as a JSON-able dict (pip freeze sorted, versions of every toolchain)."""
+    """The environment as a JSON-able dict (pip freeze and Debian packages sorted, versions of every toolchain)."""
     freeze = _out([sys.executable, "-m", "pip", "freeze", "--all"]) or ""
     versions: dict[str, Any] = {
         "python": platform.python_version(),
@@ -83,7 +83,9 @@ def collect() -> dict[str, Any]:
     }
     versions.update(_torch())
     skip = ("pip==", "setuptools==", "wheel==")
+    dpkg = _out(["dpkg-query", "-W", "-f", "${Package}=${Version}\n"]) or ""
     return {
+        "debian_packages": sorted(line for line in dpkg.splitlines() if line),
         "versions": versions,
         "pip_freeze": sorted((line for line in freeze.splitlines() if line and not line.startswith(skip)),
                              key=str.lower),

@@ -7,9 +7,7 @@ leaves no half-tagged image, and the previous image of that tag stays.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
-import os
 import re
 import sys
 import tempfile
@@ -18,21 +16,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from . import ROOT, kinds, network, proc, progress, render
+from . import debian, kinds, locks, network, proc, progress, render
 from .engine import Engine, resolve_engine
 from .errors import BuildError, CommandError, KernellabError, ResolveError
 from .kinds import debootstrap_cpu, torch_index
+from .locks import LOCK_DIR, Mode, lock_digest, lock_path
 from .resolve import BaseFacts, Spec, resolve
-from .targets import DOCKER_DIR, Matrix, load
+from .targets import Matrix, load
 
-LOCK_DIR = DOCKER_DIR / "locks"
 ENVINFO = Path(__file__).with_name("envinfo.py")
 
 
 # --------------------------------------------------------------------------- base images
 
 def make_debootstrap_base(suite: str, *, out: IO[str] = sys.stdout, engine: Engine | None = None) -> str:
-    """Make `kernellab-base:debian-<suite>` from Debian's archive with debootstrap (needs root)."""
+    """Make `kernellab-base:debian-<suite>` from Debian's archive (kernellab.debian; needs root)."""
     return debootstrap_cpu.make_base(suite, engine=resolve_engine(engine), out=out)
 
 
@@ -85,37 +83,6 @@ def torch_index_for_builds(matrix: Matrix) -> tuple[str | None, str]:
     return torch_index.choose_index(matrix, probe=True)
 
 
-def lock_path(spec: Spec, lock_dir: Path = LOCK_DIR) -> Path:
-    name = spec.target or spec.tag.split(":", 1)[1]
-    return lock_dir / f"{name}.json"
-
-
-def lock_digest(lock: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(lock, sort_keys=True).encode()).hexdigest()
-
-
-def read_lock(spec: Spec, lock_dir: Path = LOCK_DIR) -> dict[str, Any]:
-    path = lock_path(spec, lock_dir)
-    if not path.exists():
-        raise BuildError(f"no lock at {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}; build once "
-                         f"without --locked to create it.")
-    try:
-        lock = json.loads(path.read_text())
-        if not isinstance(lock["base"]["digest"], str) or not isinstance(lock["pip_freeze"], list):
-            raise TypeError  # the keys a locked build needs
-    except (ValueError, KeyError, TypeError):
-        raise BuildError(f"the lock {path} is not a kernellab lock (bad JSON or missing keys); restore it from "
-                         f"git or rebuild without --locked.") from None
-    want = json.loads(json.dumps(spec.to_dict()))  # as JSON has it: tuples become lists
-    if lock.get("spec") != want:
-        changed = sorted(k for k in want if lock.get("spec", {}).get(k) != want[k])
-        raise BuildError(f"the lock {path.name} was made for a different spec (differs in: {', '.join(changed)}); "
-                         f"rebuild without --locked to refresh it, or restore the matrix it was made from.")
-    return lock
-
-
-# --------------------------------------------------------------------------- building
-
 @dataclass(frozen=True)
 class Built:
     spec: Spec
@@ -123,6 +90,7 @@ class Built:
     tags: tuple[str, ...]
     lock_file: Path
     lock_sha256: str
+    lock_changed: bool = True  # False: the lock file already said exactly this and was left untouched
 
 
 _STEP = re.compile(r"^\s*> \[(.+?)\] (.*?):?$")
@@ -161,7 +129,13 @@ class BuildSteps:
             self.bar = None
 
 
-def _build_failure(e: CommandError, spec: Spec) -> BuildError:
+def _build_failure(e: CommandError, spec: Spec, *, pinned: bool = False) -> BuildError:
+    missing = debian.missing_versions(e.tail) if pinned else []
+    if missing:
+        return PinsGone(f"the lock pins Debian packages the archive no longer has: {debian.sentence(missing)}; "
+                        f"nothing was built and any previous image of {spec.tag} is kept. Rebuild with --update to "
+                        f"take the archive's current versions (and rewrite the lock), or point "
+                        f"KERNELLAB_DEBIAN_MIRROR at a snapshot that still has them.", missing)
     step = None
     for line in e.tail.splitlines():
         m = _STEP.match(line)
@@ -172,11 +146,19 @@ def _build_failure(e: CommandError, spec: Spec) -> BuildError:
                       f"is kept. Last lines:\n{e.tail.rstrip()}")
 
 
+class PinsGone(BuildError):
+    """A build that follows a lock stopped because apt no longer has some of its pinned versions."""
+
+    def __init__(self, message: str, missing: list[str]):
+        super().__init__(message)
+        self.missing = missing
+
+
 def build(
     spec: Spec,
     *,
     matrix: Matrix | None = None,
-    locked: bool = False,
+    lock: Mode = "update",
     ca_certs: tuple[Path, ...] = (),
     wheelhouse: Path | None = None,
     pip_config: network.PipConfig | None = None,
@@ -185,13 +167,42 @@ def build(
     out: IO[str] = sys.stdout,
     engine: Engine | None = None,
 ) -> Built:
-    """Build spec into an image, write its lock, then label and tag it (only now)."""
+    """Build spec into an image, write its lock (only if it changed), then label and tag it (only now).
+
+    lock: "update" resolves afresh; "strict" follows the lock or raises BuildError; "prefer" follows the
+    lock when it fits and otherwise says why and resolves afresh (kernellab.locks)."""
     matrix = matrix or load()
     eng = resolve_engine(engine).require()
     base_ref, base_digest = ensure_base(spec, out=out, engine=eng)
-    lock = read_lock(spec, lock_dir) if locked else None
-    if lock and lock["base"]["digest"] != base_digest:
-        out.write(f"warning: base image {base_ref} is not the one locked ({lock['base']['digest'][:19]}...)\n")
+    base_packages = debian_packages(eng, base_ref)
+    followed = locks.choose(spec, lock, lock_dir, out)
+    if followed:
+        moved = locks.base_moved(followed, base_ref, base_digest, base_packages)
+        if moved and debootstrap_cpu.suite(spec.base):  # made here: it cannot be pinned by digest
+            if lock == "strict":
+                raise BuildError(f"{moved}; nothing was built. Rebuild with --update to take the archive's current "
+                                 f"packages (and rewrite the lock).")
+            out.write(f"note: {moved}: resolving afresh; the lock will be rewritten.\n")
+            followed = None
+        elif moved:
+            out.write(f"warning: {moved}; building FROM the locked digest\n")
+    try:
+        return _build(spec, matrix, followed, base_ref, base_digest, base_packages, ca_certs=ca_certs,
+                      wheelhouse=wheelhouse, pip_config=pip_config, no_cache=no_cache, lock_dir=lock_dir, out=out,
+                      eng=eng)
+    except PinsGone as e:
+        if lock != "prefer":
+            raise
+        out.write(f"note: the archive no longer has {debian.sentence(e.missing)}: resolving afresh; "
+                  f"the lock will be rewritten.\n")
+        return _build(spec, matrix, None, base_ref, base_digest, base_packages, ca_certs=ca_certs,
+                      wheelhouse=wheelhouse, pip_config=pip_config, no_cache=no_cache, lock_dir=lock_dir, out=out,
+                      eng=eng)
+
+
+def _build(spec: Spec, matrix: Matrix, lock: dict[str, Any] | None, base_ref: str, base_digest: str,
+           base_packages: dict[str, str], *, ca_certs: tuple[Path, ...], wheelhouse: Path | None,
+           pip_config: network.PipConfig | None, no_cache: bool, lock_dir: Path, out: IO[str], eng: Engine) -> Built:
     requirements = "\n".join(lock["pip_freeze"]) + "\n" if lock else None
     proxy_args, proxy_env = network.proxy_build_args()
     if spec.torch_index:
@@ -207,52 +218,46 @@ def build(
         pip_config = network.PipConfig({**pip_config.values, "extra-index-url": extra})
     with tempfile.TemporaryDirectory(prefix="kl-build-") as tmp:
         ctx = Path(tmp) / "context"
-        render.write_context(spec, matrix, ctx, locked=locked, certs=ca_certs, requirements=requirements,
-                             base_digest=lock["base"]["digest"] if lock else None)
+        render.write_context(spec, matrix, ctx, locked=lock is not None, certs=ca_certs, requirements=requirements,
+                             base_digest=lock["base"]["digest"] if lock else None, apt_pins=locks.apt_pins(lock))
         iidfile = Path(tmp) / "iid"
         with network.build_pip_conf(pip_config, wheelhouse) as pipconf:
             argv, build_env = eng.build_argv(ctx, iidfile=iidfile, secrets={"pipconf": pipconf},
                                              build_args=proxy_args, no_cache=no_cache)
-            out.write(f"building {spec.tag} FROM {base_ref} with {eng.name}\n")
+            how = " from the lock" if lock else ""
+            out.write(f"building {spec.tag} FROM {base_ref} with {eng.name}{how}\n")
             steps = BuildSteps(out)
             try:
                 proc.run(argv, stream=True, out=steps, env={**build_env, **proxy_env})
             except CommandError as e:
-                raise _build_failure(e, spec) from None
+                raise _build_failure(e, spec, pinned=bool(lock)) from None
             finally:
                 steps.close()
         built_id = _iid(iidfile)
-        info = _envinfo(eng, built_id)
-        new_lock = {
-            "kernellab_lock": 1,
-            "spec": spec.to_dict(),
-            "base": {"ref": spec.base, "from": base_ref, "digest": base_digest},
-            "arch_list": spec.arch_list,
-            "gencode": spec.gencode,
-            "versions": info["versions"],
-            "pip_freeze": info["pip_freeze"],
-        }
+        new_lock = locks.make(spec, base_ref=base_ref, base_digest=base_digest, base_packages=base_packages,
+                              info=_envinfo(eng, built_id), archive=debian.mirror(matrix.debian))
         if lock and lock["pip_freeze"] != new_lock["pip_freeze"]:
             diff = sorted(set(lock["pip_freeze"]) ^ set(new_lock["pip_freeze"]))
-            raise BuildError(f"--locked build did not reproduce the lock's packages (differ: {', '.join(diff[:8])}); "
+            raise BuildError(f"the build from the lock did not reproduce its packages (differ: {', '.join(diff[:8])}); "
                              f"nothing was tagged.")
         digest = lock_digest(new_lock)
         tags = (spec.tag, *([f"kernellab:{spec.target}"] if spec.target else []))
         # The lock is written (beside its final name) before the tags move, and named after.
         path = lock_path(spec, lock_dir)
-        pending = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            pending.write_text(json.dumps(new_lock, indent=2, sort_keys=True) + "\n")
-        except OSError as e:
-            raise BuildError(f"cannot write the lock {path} ({e.strerror}); nothing was tagged.") from None
+        pending = locks.stage(new_lock, path)
         try:
             final_id = _label_and_tag(eng, built_id, new_lock, digest, tags, Path(tmp))
         except BaseException:
-            pending.unlink(missing_ok=True)
+            locks.discard(pending)
             raise
-        os.replace(pending, path)
-    return Built(spec, final_id, tags, path, digest)
+        locks.commit(pending, path)
+    return Built(spec, final_id, tags, path, digest, pending is not None)
+
+
+def debian_packages(eng: Engine, image: str) -> dict[str, str]:
+    """The Debian packages in an image, {name: version}; {} when it has no dpkg."""
+    r = proc.run(_plain_run(eng, image, ["-W", "-f", debian.DPKG_FORMAT], entrypoint="dpkg-query"), check=False)
+    return debian.parse_packages(r.stdout) if r.ok else {}
 
 
 def _iid(iidfile: Path) -> str:

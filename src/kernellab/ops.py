@@ -6,7 +6,9 @@ imports Triton ones and their reference.py, and is `python -m kernellab.ops buil
 """
 from __future__ import annotations
 
+import importlib
 import importlib.util
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -259,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", choices=["build"])
     parser.add_argument("-k", dest="select", metavar="EXPR", help="only ops whose name matches EXPR (like pytest -k)")
     parser.add_argument("-v", "--verbose", action="store_true", help="show the compiler output")
+    parser.add_argument("--record", metavar="FILE", type=Path,
+                        help="also write each op's library hash, SASS hash and archs (kernellab.binaries) as JSON")
     args = parser.parse_args(argv)
     try:
         outcomes = build_all(args.select, verbose=args.verbose)
@@ -266,7 +270,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kernellab: {e}", file=sys.stderr)
         return e.exit_code
     print(build_table(outcomes))
+    if args.record:
+        args.record.write_text(json.dumps(record(outcomes), indent=1, sort_keys=True) + "\n")
     return 1 if any(o.failed for o in outcomes) else 0
+
+
+def record(outcomes: list[BuildOutcome]) -> dict[str, Any]:
+    """Per op: its library's fingerprint (kernellab.binaries), or why there is none."""
+    from . import binaries
+
+    found: dict[str, Any] = {}
+    for o in outcomes:
+        if o.build is None:
+            found[o.op.name] = {"skipped" if not o.failed else "failed": o.note}
+        else:
+            found[o.op.name] = {"library": o.build.library.name, **binaries.fingerprint(o.build.library).to_dict()}
+    return found
 
 
 if __name__ == "__main__":

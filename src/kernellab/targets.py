@@ -46,6 +46,23 @@ class BaseImage:
 
 
 @dataclass(frozen=True)
+class DebianToolkit:
+    """CUDA from Debian's archive: `nvidia-cuda-toolkit` at `package` in the non-free archive of OS `os`."""
+
+    os: str
+    package: str
+
+
+@dataclass(frozen=True)
+class DebianArchive:
+    """How `debootstrap:<suite>` bases are made (matrix.toml [debian]): see kernellab.debian."""
+
+    mirror: str = "http://deb.debian.org/debian"
+    components: tuple[str, ...] = ("main",)
+    source_date_epoch: int = 0
+
+
+@dataclass(frozen=True)
 class Cuda:
     version: str
     full: str
@@ -58,6 +75,7 @@ class Cuda:
     pip: str | None = None
     pip_home: str | None = None
     deleted: str | None = None
+    debian: DebianToolkit | None = None
 
     @property
     def variant(self) -> str:
@@ -202,6 +220,7 @@ class Matrix:
     image_apt: tuple[str, ...]
     targets: dict[str, Target]
     extras: dict[str, Extra] = field(default_factory=dict)
+    debian: DebianArchive = DebianArchive()
 
     def gpu(self, name: str) -> Gpu | None:
         n = name.strip().lower()
@@ -240,11 +259,14 @@ def load(docker_dir: Path = DOCKER_DIR) -> Matrix:
     for k, v in raw.get("cuda", {}).items():
         where = f'[cuda."{k}"]'
         images = {os_key: BaseImage(i["tag"], i.get("cudnn", "")) for os_key, i in v.get("images", {}).items()}
+        deb = v.get("debian")
+        debian = DebianToolkit(str(_need(deb, "os", f"{where[:-1]}.debian]")),
+                               str(_need(deb, "package", f"{where[:-1]}.debian]"))) if deb else None
         cuda[k] = Cuda(
             version=k, full=_need(v, "full", where), min_driver=_need(v, "min_driver", where),
             mvc_driver=v.get("mvc_driver"), max_gcc=int(_need(v, "max_gcc", where)),
             max_clang=int(v.get("max_clang", 0)), archs=tuple(_need(v, "archs", where)), images=images,
-            pip=v.get("pip"), pip_home=v.get("pip_home"), deleted=v.get("deleted"),
+            pip=v.get("pip"), pip_home=v.get("pip_home"), deleted=v.get("deleted"), debian=debian,
         )
     torch = {}
     for k, v in raw.get("torch", {}).items():
@@ -272,6 +294,12 @@ def load(docker_dir: Path = DOCKER_DIR) -> Matrix:
         for os_key in c.images:
             if os_key not in oses:
                 raise ConfigError(f'[cuda."{c.version}".images] names OS "{os_key}", which has no [os."{os_key}"] table.')
+        if c.debian and c.debian.os not in oses:
+            raise ConfigError(f'[cuda."{c.version}".debian] names OS "{c.debian.os}", which has no [os."{c.debian.os}"] table.')
+    deb = raw.get("debian", {})
+    archive = DebianArchive(mirror=str(deb.get("mirror", DebianArchive.mirror)),
+                            components=tuple(deb.get("components", DebianArchive.components)),
+                            source_date_epoch=int(deb.get("source_date_epoch", 0)))
     image = raw.get("image", {})
     extras = {}
     for k, v in raw.get("extra", {}).items():
@@ -284,5 +312,5 @@ def load(docker_dir: Path = DOCKER_DIR) -> Matrix:
         gpus=gpus, cuda=cuda, torch=torch, llvm=llvm, os=oses,
         torch_index=raw.get("index", {}).get("torch", ""),
         image_pip=tuple(image.get("pip", [])), image_apt=tuple(image.get("apt", [])),
-        targets=targets, extras=extras,
+        targets=targets, extras=extras, debian=archive,
     )

@@ -93,7 +93,7 @@ def _json(path: Path) -> Any:
 
 
 def _lock_sha256(lock_file: Path) -> str | None:
-    # The same digest as the image's kernellab.lock-sha256 label (images.lock_digest), computed
+    # The same digest as the image's kernellab.lock-sha256 label (locks.lock_digest), computed
     # here because importing kernellab.images needs packages an image need not have.
     lock = _json(lock_file)
     return hashlib.sha256(json.dumps(lock, sort_keys=True).encode()).hexdigest() if lock is not None else None

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from .. import images, network, render, targets
 from ..errors import KernellabError
+from ..locks import Mode
 from ..resolve import resolve
 from . import ENGINE_HELP, configured_target, task
 
@@ -22,7 +23,8 @@ BUILD_HELP = {
     "toolkit": "where CUDA comes from: image (nvidia/cuda base) or pip (PyPI wheels, CUDA 13)",
     "base_image": "build on an image that already has PyTorch (NGC, a site image): verified, not reinstalled",
     "dry_run": "print the resolved spec and the Dockerfile; build nothing",
-    "locked": "rebuild exactly from docker/locks/<target>.json",
+    "locked": "build exactly from docker/locks/<target>.json, or stop saying what no longer fits",
+    "update": "resolve afresh, ignoring the lock, and rewrite it (default: follow the lock when it fits)",
     "ca_cert": "extra CA certificate (PEM) to trust in the build; repeatable",
     "no_host_certs": "do not add the host's /usr/local/share/ca-certificates/*.crt",
     "wheelhouse": "a folder of wheels: install offline from it only",
@@ -41,9 +43,11 @@ def _spec(target, cuda, gpu, torch, python, llvm, gcc, ubuntu, toolkit, base_ima
 
 @task(help=BUILD_HELP, iterable=["gpu", "ca_cert"], auto_shortflags=False)
 def build_image(c, target=None, cuda=None, gpu=None, torch=None, python=None, llvm=None, gcc=None, ubuntu=None,
-                toolkit=None, base_image=None, dry_run=False, locked=False, ca_cert=None, no_host_certs=False,
-                wheelhouse=None, no_cache=False, engine=None):
-    """Resolve, validate and build a pinned image (tags it only on success)."""
+                toolkit=None, base_image=None, dry_run=False, locked=False, update=False, ca_cert=None,
+                no_host_certs=False, wheelhouse=None, no_cache=False, engine=None):
+    """Resolve, validate and build a pinned image (tags it only on success); follows the lock when it fits."""
+    if locked and update:
+        raise KernellabError("--locked follows the lock and --update ignores it; choose one.")
     spec = _spec(target, cuda, gpu, torch, python, llvm, gcc, ubuntu, toolkit, base_image,
                  configured=configured_target(c))
     print("resolved:\n" + spec.summary())
@@ -51,10 +55,12 @@ def build_image(c, target=None, cuda=None, gpu=None, torch=None, python=None, ll
         print("\n" + render.dockerfile(spec, targets.load(), locked=locked))
         return
     certs = network.ca_certificates(ca_cert or [], host=not no_host_certs)
-    built = images.build(spec, locked=locked, ca_certs=certs, no_cache=no_cache,
+    mode: Mode = "strict" if locked else "update" if update else "prefer"
+    built = images.build(spec, lock=mode, ca_certs=certs, no_cache=no_cache,
                          wheelhouse=Path(wheelhouse) if wheelhouse else None)
     print(f"\nbuilt {built.image_id[:19]} tagged {', '.join(built.tags)}")
-    print(f"lock  {built.lock_file} (sha256 {built.lock_sha256[:12]})")
+    state = "written" if built.lock_changed else "unchanged"
+    print(f"lock  {built.lock_file} (sha256 {built.lock_sha256[:12]}, {state})")
 
 
 @task(help={"check": "only check that the committed Dockerfiles match the matrix; exit 1 if not"})
@@ -88,8 +94,23 @@ def write_rendered(check: bool = False) -> list[str]:
     return stale
 
 
-@task(help={"suite": "Debian suite for debootstrap (default bookworm)", "engine": ENGINE_HELP})
+@task(help={"suite": "Debian suite (default bookworm; trixie for the debian13 targets)", "engine": ENGINE_HELP})
 def base_image(c, suite="bookworm", engine=None):
-    """Make the local Debian base image with debootstrap (no registry needed)."""
+    """Make a local Debian base image with mmdebstrap: no registry needed, the same image ID for the same packages."""
     tag = images.make_debootstrap_base(suite, out=sys.stdout)
     print(f"made {tag}")
+
+
+@task(help={"a": "an image (tag or ID)", "b": "another image", "engine": ENGINE_HELP})
+def compare_images(c, a, b, engine=None):
+    """Compare two images file by file (content, mode, owner; never times): what two builds really differ in."""
+    from .. import contents
+    from ..engine import current
+
+    eng = current().require()
+    for ref in (a, b):
+        if not eng.exists(ref):
+            raise KernellabError(f"no image {ref} in {eng.name}; `invoke build-image` or `invoke import-image` it first.")
+    result = contents.compare(contents.files(eng, a), contents.files(eng, b))
+    print(result.summary(a, b))
+    print("the same files" if result.identical else "they differ")

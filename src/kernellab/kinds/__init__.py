@@ -7,7 +7,7 @@ here, one `register` line below and one template.
 from __future__ import annotations
 
 from ..errors import KernellabError, ResolveError
-from . import base_image, cuda_image, cuda_pip, debootstrap_cpu
+from . import base_image, cuda_debian, cuda_image, cuda_pip, debootstrap_cpu
 from .base import BaseStatus, Kind, Request
 from .choose import did_you_mean
 
@@ -23,6 +23,7 @@ def register(kind: Kind) -> Kind:
 register(base_image.KIND)       # --base-image: an image that already has PyTorch
 register(debootstrap_cpu.KIND)  # --gpu cpu
 register(cuda_pip.KIND)         # --toolkit pip
+register(cuda_debian.KIND)      # --toolkit debian: Debian's nvidia-cuda-toolkit
 register(cuda_image.KIND)       # --toolkit image (the default): an nvidia/cuda devel image
 
 

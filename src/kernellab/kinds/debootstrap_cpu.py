@@ -1,21 +1,18 @@
-"""The cpu kind: CPU-only PyTorch on a plain OS image, by default Debian made here with debootstrap.
+"""The cpu kind: CPU-only PyTorch on a plain OS image, by default Debian made here (mmdebstrap, reproducible).
 
 This module also owns `debootstrap:<suite>` base references (the only place they are parsed) and
 `OsBase`, the base handling of every kind built on a plain OS image: made locally, or pulled.
 """
 from __future__ import annotations
 
-import os
 import shutil
-import tempfile
-from pathlib import Path
 from typing import IO
 
-from .. import proc
+from .. import debian
 from ..engine import Engine
-from ..errors import BuildError, ResolveError
+from ..errors import ResolveError
 from ..resolve import Spec
-from ..targets import Matrix
+from ..targets import Matrix, load
 from . import choose
 from .base import BaseStatus, Kind, Request, py_part
 from .torch_index import index_url
@@ -38,23 +35,10 @@ def local_tag(suite: str) -> str:
 
 
 def make_base(suite: str, *, engine: Engine, out: IO[str]) -> str:
-    """Make `kernellab-base:debian-<suite>` from Debian's archive with debootstrap (needs root)."""
+    """Make `kernellab-base:debian-<suite>` from Debian's archive, the same bit for bit for the same
+    package versions (kernellab.debian; needs root)."""
     tag = local_tag(suite)
-    if shutil.which("debootstrap") is None:
-        raise BuildError(f"the base image {tag} is made with debootstrap, which is not installed; "
-                         f"`sudo apt-get install debootstrap` (or `make setup`) and try again.")
-    if os.geteuid() != 0:
-        raise BuildError(f"making the base image {tag} with debootstrap needs root; run "
-                         f"`sudo .venv/bin/invoke base-image` once.")
-    mirror = os.environ.get("KERNELLAB_DEBIAN_MIRROR", "http://deb.debian.org/debian")
-    with tempfile.TemporaryDirectory(prefix="kl-debootstrap-") as tmp:
-        root = Path(tmp) / "root"
-        out.write(f"making base image {tag} with debootstrap {suite} from {mirror} (about 30 s)\n")
-        proc.run(["debootstrap", "--variant=minbase", suite, str(root), mirror], stream=True, out=out,
-                 hint="check that Debian's archive is reachable (or set KERNELLAB_DEBIAN_MIRROR)")
-        with engine.import_rootfs(tag) as pipe:
-            with proc.pipe_from(["tar", "-C", str(root), "--numeric-owner", "-c", "."]) as tar:
-                shutil.copyfileobj(tar, pipe.stream, 1 << 20)
+    debian.make_base(suite, tag, load().debian, engine=engine, out=out)
     return tag
 
 
@@ -80,10 +64,10 @@ class OsBase(Kind):
         ref = self.from_ref(spec)
         if engine.exists(ref):
             return BaseStatus("ok", f"{ref} is present")
-        if shutil.which("debootstrap"):
-            return BaseStatus("ok", f"{ref} will be made with debootstrap on first build")
-        return BaseStatus("fail", f"{ref} is missing and debootstrap is not installed",
-                          "`apt-get install debootstrap` (make setup does)")
+        if shutil.which("mmdebstrap"):
+            return BaseStatus("ok", f"{ref} will be made with mmdebstrap on first build")
+        return BaseStatus("fail", f"{ref} is missing and mmdebstrap is not installed",
+                          "`apt-get install mmdebstrap` (make setup does)")
 
 
 class DebootstrapCpu(OsBase):

@@ -1,0 +1,111 @@
+"""Reproducible builds against a real Docker engine: the Debian base made twice, the cpu target built twice
+from its lock, and CUDA 12.4 from Debian's archive compiling every CUDA op for sm_80 and sm_90.
+
+Locks go to temporary folders, never into docker/locks/. The cu124-debian image is large (Debian's
+toolkit, PyTorch 2.6.0 with its CUDA 12.4 wheels); it is built once per session.
+"""
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from kernellab import containers, contents, engine, images, network, opspec
+from kernellab.kinds import debootstrap_cpu
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+DOCKER = engine.by_name("docker")
+
+
+def test_the_debian_base_made_twice_is_the_same_image(docker_client):
+    tag = debootstrap_cpu.local_tag("bookworm")
+    first = images.make_debootstrap_base("bookworm", out=io.StringIO(), engine=DOCKER)
+    first_id = DOCKER.image_id(first)
+    again = images.make_debootstrap_base("bookworm", out=io.StringIO(), engine=DOCKER)
+    assert again == tag and DOCKER.image_id(again) == first_id, "same packages, same image ID"
+    info = DOCKER.inspect(tag) or {}
+    assert info.get("Created", "").startswith("2025-01-01T00:00:00"), "dated at source_date_epoch, not now"
+
+
+@pytest.fixture(scope="session")
+def cpu_twice(docker_client, tmp_path_factory):
+    """The cpu target built, then built again from the lock the first build wrote, without the layer cache."""
+    lock_dir = tmp_path_factory.mktemp("locks")
+    spec = images.resolve_request(target="cpu", engine=DOCKER)
+    certs = network.ca_certificates()
+    first = images.build(spec, lock_dir=lock_dir, ca_certs=certs, out=io.StringIO(), engine=DOCKER)
+    lock = json.loads(first.lock_file.read_text())
+    first_ref = f"kernellab-test/repro:first-{first.image_id[7:19]}"
+    DOCKER.tag(first.image_id, first_ref)
+    log = io.StringIO()
+    second = images.build(spec, lock="strict", no_cache=True, lock_dir=lock_dir, ca_certs=certs, out=log,
+                          engine=DOCKER)
+    yield first_ref, lock, second, json.loads(second.lock_file.read_text()), log.getvalue()
+    DOCKER.untag(first_ref)
+
+
+def test_the_cpu_target_built_twice_from_its_lock_has_the_same_packages(cpu_twice):
+    _, lock, second, relock, log = cpu_twice
+    assert "from the lock" in log and "--allow-downgrades" in log and "gcc-12=" in log, "apt installs the pins"
+    assert relock["pip_freeze"] == lock["pip_freeze"]
+    assert relock["debian"] == lock["debian"] and len(lock["debian"]["image"]) > 100
+    assert relock["base"] == lock["base"]
+    assert not second.lock_changed, "the same content: the lock file is left as it was"
+
+
+def _op_record(image: str, cache: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
+    """Every op built in a container of `image` with a fresh build cache, as `python -m kernellab.ops build --record`."""
+    monkeypatch.setenv("KERNELLAB_CACHE", str(cache))
+    code = containers.run(image, ["python", "-m", "kernellab.ops", "build", "--record", "/cache/record.json"],
+                          gpu=False, engine=DOCKER)
+    assert code == 0
+    return json.loads((cache / "record.json").read_text())
+
+
+def test_the_cpu_target_built_twice_builds_the_same_op_libraries(cpu_twice, tmp_path, monkeypatch):
+    first_ref, _, second, _, _ = cpu_twice
+    a = _op_record(first_ref, tmp_path / "a", monkeypatch)
+    b = _op_record(second.tags[0], tmp_path / "b", monkeypatch)
+    built = {name: r for name, r in a.items() if "library_sha256" in r}
+    assert built, f"no op was built: {a}"
+    for name, r in built.items():
+        assert b[name]["library_sha256"] == r["library_sha256"], f"{name}: the two builds made different libraries"
+
+
+def test_two_builds_from_one_lock_hold_the_same_files_but_pythons_bytecode(cpu_twice):
+    """Docker 20.10 dates every file at build time (so image IDs differ); the contents are what must agree.
+    pip writes .pyc files that embed their source file's modification time, which is the install time."""
+    first_ref, _, second, _, _ = cpu_twice
+    result = contents.compare(contents.files(DOCKER, first_ref), contents.files(DOCKER, second.image_id))
+    assert not result.only_a and not result.only_b, result.summary("first", "second")
+    other = [p for p in result.differ if not p.endswith(".pyc")]
+    assert not other, result.summary("first", "second")
+    assert result.same > 10_000
+
+
+@pytest.fixture(scope="session")
+def cu124_debian(docker_client, tmp_path_factory):
+    spec = images.resolve_request(target="cu124-debian", engine=DOCKER)
+    return images.build(spec, lock_dir=tmp_path_factory.mktemp("locks"), ca_certs=network.ca_certificates(),
+                        out=io.StringIO(), engine=DOCKER)
+
+
+def test_cuda_12_4_from_debian_compiles_every_cuda_op_for_sm80_and_sm90(cu124_debian, tmp_path, monkeypatch):
+    built = cu124_debian
+    lock = json.loads(built.lock_file.read_text())
+    assert lock["versions"]["nvcc"].startswith("12.4.131") and lock["versions"]["torch_cuda"] == "12.4"
+    assert any(p.startswith("nvidia-cuda-toolkit=12.4.131") for p in lock["debian"]["image"])
+    record = _op_record(built.tags[0], tmp_path / "cache", monkeypatch)
+    cuda_ops = [op for op in opspec.discover() if op.kind == "cuda"]
+    assert cuda_ops
+    for op in cuda_ops:
+        r = record[op.name]
+        if "skipped" in r:
+            assert "CUDA 12.4" in r["skipped"], f"{op.name} skipped for another reason: {r['skipped']}"
+            continue
+        assert {"sm_80", "sm_90"} <= set(r["cubins"]), f"{op.name}: SASS for {r['cubins']} only"
+        assert r["sass_sha256"], op.name
+    ptxas = list((tmp_path / "cache" / "torch_extensions").glob("kernellab_*/build.log"))
+    assert ptxas and any("for 'sm_90'" in p.read_text() for p in ptxas), "ptxas reports are kept in the build logs"
