@@ -229,3 +229,24 @@ def test_build_table_lists_kernels_skips_and_failures(tmp_path: Path) -> None:
     assert "skipped" in lines[3] and "Triton compiles" in lines[3]
     assert "FAILED" in lines[4]
     assert table.endswith("cc: cc does not compile:\nc.cu(3): error: x")
+
+
+def test_an_op_needing_a_newer_cuda_says_so_when_built_and_tested(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    toml = MINIMAL.replace('kind = "cpu"', 'kind = "cuda"') + 'min_cuda = ["12.8", "tcgen05 instructions"]\n'
+    spec = ops.parse_spec(make_op(tmp_path, toml=toml, files=("toy.cu",)) / "op.toml")
+    assert spec.min_cuda == ("12.8", "tcgen05 instructions")
+    import torch
+
+    monkeypatch.setattr(torch.version, "cuda", "12.4")
+    expected = "toy needs CUDA 12.8 or newer (tcgen05 instructions); this is CUDA 12.4"
+    assert ops.unbuildable(spec) == expected
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert ops.unavailable(spec) == expected, "the op's tests skip with the same reason"
+    monkeypatch.setattr(torch.version, "cuda", "12.10")
+    assert ops.unbuildable(spec) is None and ops.unavailable(spec) is None
+
+
+def test_a_bad_min_cuda_names_the_form(tmp_path: Path) -> None:
+    folder = make_op(tmp_path, toml=MINIMAL + 'min_cuda = "12.8"\n')
+    with pytest.raises(ConfigError, match=r'min_cuda must be \["X.Y", "what needs it"\]'):
+        ops.parse_spec(folder / "op.toml")

@@ -8,9 +8,18 @@
 
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
+#include <torch/library.h>
 
 #include <initializer_list>
 #include <string>
+
+// Register the op's schema and kernels under its own namespace, torch.ops.<TORCH_EXTENSION_NAME>:
+//     KL_LIBRARY(m) { m.def("myop(Tensor x, Tensor(a!) out) -> ()", &myop); }
+// Not TORCH_LIBRARY(TORCH_EXTENSION_NAME, m): up to torch 2.6 that macro uses its argument unexpanded, so
+// every op registered the namespace "TORCH_EXTENSION_NAME" and a second op's library aborted the process
+// when it loaded (found building with Debian's CUDA 12.4 and torch 2.6.0). One more macro level expands it.
+#define KL_LIBRARY_IN(ns, m) TORCH_LIBRARY(ns, m)
+#define KL_LIBRARY(m) KL_LIBRARY_IN(TORCH_EXTENSION_NAME, m)
 
 namespace kl {
 

@@ -40,6 +40,6 @@ void attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, co
 
 }  // namespace
 
-TORCH_LIBRARY(TORCH_EXTENSION_NAME, m) {
+KL_LIBRARY(m) {
   m.def("attention(Tensor q, Tensor k, Tensor v, Tensor lengths, Tensor(a!) out) -> ()", &attention);
 }

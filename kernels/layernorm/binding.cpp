@@ -25,6 +25,6 @@ void layernorm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& 
 
 }  // namespace
 
-TORCH_LIBRARY(TORCH_EXTENSION_NAME, m) {
+KL_LIBRARY(m) {
   m.def("layernorm(Tensor x, Tensor weight, Tensor bias, Tensor(a!) out, float eps=1e-5) -> ()", &layernorm);
 }

@@ -47,7 +47,7 @@ void matmul_tensorcore(const at::Tensor& a, const at::Tensor& b, at::Tensor& out
 
 }  // namespace
 
-TORCH_LIBRARY(TORCH_EXTENSION_NAME, m) {
+KL_LIBRARY(m) {
   m.def("matmul_tiled(Tensor a, Tensor b, Tensor(a!) out) -> ()", &matmul_tiled);
   m.def("matmul_tensorcore(Tensor a, Tensor b, Tensor(a!) out) -> ()", &matmul_tensorcore);
 }

@@ -30,6 +30,6 @@ void rmsnorm(const at::Tensor& x, const at::Tensor& weight, at::Tensor& out, dou
 
 }  // namespace
 
-TORCH_LIBRARY(TORCH_EXTENSION_NAME, m) {
+KL_LIBRARY(m) {
   m.def("rmsnorm_cpu(Tensor x, Tensor weight, Tensor(a!) out, float eps=1e-6) -> ()", &rmsnorm);
 }

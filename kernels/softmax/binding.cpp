@@ -22,6 +22,6 @@ void softmax(const at::Tensor& x, at::Tensor& out) {
 
 }  // namespace
 
-TORCH_LIBRARY(TORCH_EXTENSION_NAME, m) {
+KL_LIBRARY(m) {
   m.def("softmax(Tensor x, Tensor(a!) out) -> ()", &softmax);
 }

@@ -21,6 +21,6 @@ void vector_add(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
 
 }  // namespace
 
-TORCH_LIBRARY(TORCH_EXTENSION_NAME, m) {
+KL_LIBRARY(m) {
   m.def("vector_add(Tensor a, Tensor b, Tensor(a!) out) -> ()", &vector_add);
 }

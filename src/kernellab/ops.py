@@ -101,7 +101,7 @@ def unavailable(op: OpSpec) -> str | None:
                 "(run on a GPU machine, or `invoke test` with a GPU target).")
     if op.kind == "triton" and importlib.util.find_spec("triton") is None:
         return f"{op.name} needs triton, which is not installed (pip install triton, or use a GPU image)."
-    return None
+    return unbuildable(op) if op.kind == "cuda" and op.min_cuda else None
 
 
 def unbuildable(op: OpSpec) -> str | None:
@@ -112,7 +112,13 @@ def unbuildable(op: OpSpec) -> str | None:
         return "Triton compiles at the first call"
     if op.kind == "cuda" and torch.version.cuda is None:
         return f"needs a CUDA build of torch (this is {torch.__version__})"
+    if op.kind == "cuda" and op.min_cuda and _version(torch.version.cuda or "0") < _version(op.min_cuda[0]):
+        return f"{op.name} needs CUDA {op.min_cuda[0]} or newer ({op.min_cuda[1]}); this is CUDA {torch.version.cuda}"
     return None
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in text.split(".") if p.isdigit())
 
 
 def build(op: OpSpec, *, verbose: bool = False) -> extensions.Build:

@@ -28,7 +28,7 @@ DEFAULT_SEEDS = [0, 1, 2]
 KERNELS = ROOT / "kernels"
 _KEYS = {
     "description", "kind", "sources", "candidates", "dtypes", "bench_dtypes", "seeds", "tolerances",
-    "bytes", "flops", "baselines", "test_shapes", "bench_shapes",
+    "bytes", "flops", "baselines", "test_shapes", "bench_shapes", "min_cuda",
 }
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _EXPR_FUNCS = {"min": min, "max": max, "ceil": math.ceil, "floor": math.floor}
@@ -54,6 +54,8 @@ class OpSpec:
     #: candidate name -> op registered by the binding (torch.ops.<namespace>.<op>), or a function of a Triton module
     candidates: dict[str, str] = field(default_factory=dict)
     sources: list[str] = field(default_factory=list)  # file names inside `path`
+    #: The oldest CUDA toolkit the sources compile with, and why: `min_cuda = ["12.8", "uses X"]` in op.toml.
+    min_cuda: tuple[str, str] | None = None
 
     def __hash__(self) -> int:
         return hash((self.name, str(self.path)))
@@ -152,8 +154,15 @@ def parse_spec(path: Path) -> OpSpec:
     seeds = data.get("seeds", DEFAULT_SEEDS)
     if not (isinstance(seeds, list) and seeds and all(isinstance(s, int) for s in seeds)):
         raise ConfigError(f"{where}: seeds must be a non-empty list of integers.")
+    min_cuda = data.get("min_cuda")
+    if min_cuda is not None:
+        if not (isinstance(min_cuda, list) and len(min_cuda) == 2 and all(isinstance(v, str) for v in min_cuda)
+                and re.fullmatch(r"\d+\.\d+", min_cuda[0])):
+            raise ConfigError(f'{where}: min_cuda must be ["X.Y", "what needs it"], e.g. min_cuda = ["12.8", '
+                              f'"tcgen05 instructions"].')
+        min_cuda = (min_cuda[0], min_cuda[1])
     spec = OpSpec(
-        name=name, path=folder, kind=kind, description=str(data["description"]),
+        name=name, path=folder, kind=kind, description=str(data["description"]), min_cuda=min_cuda,
         test_shapes=test_shapes, bench_shapes=bench_shapes, dtypes=dtypes, bench_dtypes=bench_dtypes,
         seeds=seeds, tolerances=tols, bytes_expr=str(data["bytes"]), flops_expr=str(data["flops"]),
         baselines=baselines, candidates=dict(candidates), sources=sources,
