@@ -109,3 +109,18 @@ def test_cuda_12_4_from_debian_compiles_every_cuda_op_for_sm80_and_sm90(cu124_de
         assert r["sass_sha256"], op.name
     ptxas = list((tmp_path / "cache" / "torch_extensions").glob("kernellab_*/build.log"))
     assert ptxas and any("for 'sm_90'" in p.read_text() for p in ptxas), "ptxas reports are kept in the build logs"
+
+
+def test_a_locked_version_the_archive_lost_is_named_and_nothing_is_tagged(cpu_twice, tmp_path):
+    _, lock, _, _, _ = cpu_twice
+    spec = images.resolve_request(target="cpu", engine=DOCKER)
+    gone = dict(lock, debian=dict(lock["debian"], image=[
+        "gcc-12=0.0-kernellab-gone" if p.startswith("gcc-12=") else p for p in lock["debian"]["image"]]))
+    (tmp_path / "cpu.json").write_text(json.dumps(gone))
+    before = DOCKER.image_id("kernellab:cpu")
+    with pytest.raises(images.PinsGone) as caught:
+        images.build(spec, lock="strict", lock_dir=tmp_path, out=io.StringIO(), engine=DOCKER)
+    assert caught.value.missing == ["gcc-12=0.0-kernellab-gone"]
+    assert "no longer has: gcc-12=0.0-kernellab-gone;" in str(caught.value) and "\n" not in str(caught.value)
+    assert DOCKER.image_id("kernellab:cpu") == before, "the previous image of the tag is kept"
+    assert json.loads((tmp_path / "cpu.json").read_text()) == gone, "the lock is left as it was"
