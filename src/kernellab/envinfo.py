@@ -82,7 +82,9 @@ def collect() -> dict[str, Any]:
         "ccache": (_out(["ccache", "--version"]) or "").split("\n")[0] or None,
     }
     versions.update(_torch())
-    skip = ("pip==", "setuptools==", "wheel==")
+    # pip itself is the venv's; setuptools and wheel are recorded: a dependency may upgrade setuptools,
+    # and torch.utils.cpp_extension builds with it.
+    skip = ("pip==",)
     dpkg = _out(["dpkg-query", "-W", "-f", "${Package}=${Version}\n"]) or ""
     return {
         "debian_packages": sorted(line for line in dpkg.splitlines() if line),

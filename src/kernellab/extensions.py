@@ -34,6 +34,9 @@ from .errors import ExtensionError
 #: nvcc flags: -lineinfo maps SASS back to source lines (profilers, compute-sanitizer);
 #: -Xptxas=-v reports registers and spills per kernel, which `invoke build-kernels` shows.
 CUDA_FLAGS = ("-O3", "-lineinfo", "-Xptxas=-v")
+#: With nvcc >= 11.2: its steps in parallel (the host side of a .cu beside its device side, and one
+#: arch beside another), which cuts a one-file rebuild, the `invoke watch` loop, by about a fifth.
+PARALLEL_NVCC = ("--threads=0",)
 CXX_FLAGS = ("-O3",)
 #: Peak memory of one compile job with torch headers (nvcc or g++), for sizing MAX_JOBS.
 GIB_PER_JOB = 1.5
@@ -77,6 +80,14 @@ def max_jobs() -> int:
     return max(1, min(cores, by_memory))
 
 
+def cuda_flags() -> tuple[str, ...]:
+    """CUDA_FLAGS, plus PARALLEL_NVCC when torch's CUDA (and so its nvcc) is 11.2 or newer."""
+    import torch
+
+    version = tuple(int(p) for p in (torch.version.cuda or "0").split(".")[:2] if p.isdigit())
+    return CUDA_FLAGS + (PARALLEL_NVCC if version >= (11, 2) else ())
+
+
 def build_directory(name: str, sources: Sequence[Path], *, cuda: bool, include_dirs: Sequence[Path] = ()) -> Path:
     """The persistent build folder of an extension (see the module docstring for its key)."""
     import torch
@@ -86,7 +97,7 @@ def build_directory(name: str, sources: Sequence[Path], *, cuda: bool, include_d
         "sources": sorted(str(Path(s).resolve()) for s in sources),
         "include_dirs": [str(Path(d).resolve()) for d in include_dirs],
         "cxx_flags": CXX_FLAGS,
-        "cuda_flags": CUDA_FLAGS if cuda else None,
+        "cuda_flags": cuda_flags() if cuda else None,
         "arch_list": arch_list() if cuda else None,
         "torch": torch.__version__,
         "cuda": torch.version.cuda if cuda else None,
@@ -131,7 +142,7 @@ def build(
             name=name,
             sources=[str(s) for s in sources],
             extra_cflags=list(CXX_FLAGS),
-            extra_cuda_cflags=list(CUDA_FLAGS) if cuda else None,
+            extra_cuda_cflags=list(cuda_flags()) if cuda else None,
             extra_include_paths=[str(d) for d in include_dirs],
             build_directory=str(directory),
             verbose=True,  # ninja then writes to fd 1, which _captured_output() collects

@@ -91,6 +91,7 @@ class Built:
     lock_file: Path
     lock_sha256: str
     lock_changed: bool = True  # False: the lock file already said exactly this and was left untouched
+    from_lock: bool = False    # installed exactly the lock's versions
 
 
 _STEP = re.compile(r"^\s*> \[(.+?)\] (.*?):?$")
@@ -251,7 +252,7 @@ def _build(spec: Spec, matrix: Matrix, lock: dict[str, Any] | None, base_ref: st
             locks.discard(pending)
             raise
         locks.commit(pending, path)
-    return Built(spec, final_id, tags, path, digest, pending is not None)
+    return Built(spec, final_id, tags, path, digest, pending is not None, lock is not None)
 
 
 def debian_packages(eng: Engine, image: str) -> dict[str, str]:

@@ -65,7 +65,7 @@ def gpu_facts(clock_facts: dict[str, Any] | None) -> dict[str, Any]:
 
 def _arch_flags() -> dict[str, Any]:
     flags: dict[str, Any] = {"TORCH_CUDA_ARCH_LIST": os.environ.get("TORCH_CUDA_ARCH_LIST"),
-                             "nvcc_flags": list(extensions.CUDA_FLAGS), "cxx_flags": list(extensions.CXX_FLAGS)}
+                             "nvcc_flags": list(extensions.cuda_flags()), "cxx_flags": list(extensions.CXX_FLAGS)}
     try:
         import torch
     except ImportError:
