@@ -38,9 +38,6 @@ CUDA_FLAGS = ("-O3", "-lineinfo", "-Xptxas=-v")
 #: arch beside another). On the H100 machine a one-file rebuild of vector_add's .cu took 1.27 s with
 #: two threads, 1.73 s with one and 1.62 s with one per core (--threads=0), best of 4 each.
 PARALLEL_NVCC = ("--threads=2",)
-#: Linking against torch's large libraries: gold, where installed, took half of ld.bfd's time there
-#: (165 vs 330 ms), which every rebuild pays.
-FAST_LINKER = ("-fuse-ld=gold",)
 CXX_FLAGS = ("-O3",)
 #: Peak memory of one compile job with torch headers (nvcc or g++), for sizing MAX_JOBS.
 GIB_PER_JOB = 1.5
@@ -92,11 +89,6 @@ def cuda_flags() -> tuple[str, ...]:
     return CUDA_FLAGS + (PARALLEL_NVCC if version >= (11, 2) else ())
 
 
-def link_flags() -> tuple[str, ...]:
-    """FAST_LINKER when gold is installed (binutils' ld.gold), else nothing (the compiler's default)."""
-    return FAST_LINKER if shutil.which("ld.gold") else ()
-
-
 def build_directory(name: str, sources: Sequence[Path], *, cuda: bool, include_dirs: Sequence[Path] = ()) -> Path:
     """The persistent build folder of an extension (see the module docstring for its key)."""
     import torch
@@ -112,7 +104,6 @@ def build_directory(name: str, sources: Sequence[Path], *, cuda: bool, include_d
         "cuda": torch.version.cuda if cuda else None,
         "python": f"{sys.version_info.major}.{sys.version_info.minor}",
         "cxx": os.environ.get("CXX", "c++"),
-        "ldflags": link_flags(),
     }
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
     return cache_root() / "torch_extensions" / f"{name}-{digest}"
@@ -153,7 +144,6 @@ def build(
             sources=[str(s) for s in sources],
             extra_cflags=list(CXX_FLAGS),
             extra_cuda_cflags=list(cuda_flags()) if cuda else None,
-            extra_ldflags=list(link_flags()),
             extra_include_paths=[str(d) for d in include_dirs],
             build_directory=str(directory),
             verbose=True,  # ninja then writes to fd 1, which _captured_output() collects
