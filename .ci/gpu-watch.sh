@@ -2,13 +2,14 @@
 # `invoke watch` on the GPU machine: the devloop figures natively (benchmarks/devloop.py --watch), then
 # the watcher in the gpuhost container driven by real edits of a kernel source. Run after
 # `.ci/gpu-host.sh doctor shell` in the same command (Docker running, kernellab:gpuhost built).
-#   bash .ci/gpu-watch.sh [OP ...]        (default: vector_add softmax)
+#   bash .ci/gpu-watch.sh [OP ...]        (default: vector_add softmax; NATIVE=0: the container part only)
 set -uo pipefail
 out=${OUT:-gpu-host-logs}; mkdir -p "$out"
 ops=${*:-vector_add softmax}
 export PYTHONUNBUFFERED=1 KERNELLAB_CACHE=${KERNELLAB_CACHE:-/tmp/klcache} PYTHONPATH=/tmp/site:$PWD/src PATH=/tmp/dk/bin:$PATH
 rc=0
 for op in $ops; do
+  [ "${NATIVE:-1}" = 0 ] && break
   echo "=== native devloop --watch $op"
   python3 benchmarks/devloop.py --watch --op "$op" --json "$out/devloop-$op.json" 2>&1 | tee "$out/devloop-$op.txt" | tail -n 12
   [ "${PIPESTATUS[0]}" = 0 ] || rc=1
