@@ -31,6 +31,7 @@ for op in $ops; do
   waitfor 1 || { echo "no first result"; tail -n 30 "$log"; rc=1; }
   for i in 1 2 3 4 5; do
     want=$((want + 1))
+    sleep 2  # as between real saves (and benchmarks/devloop.py): the next round is forked and prepared
     echo "static const int kl_watch_edit_$i = $i;" >> "$src"
     waitfor $want || { echo "no result after edit $i"; rc=1; break; }
   done
