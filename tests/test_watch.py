@@ -47,6 +47,12 @@ def _result(status: str = "pass", *, failing: set[tuple[int, str]] = frozenset()
 # --------------------------------------------------------------------------- the result screen
 
 
+def test_a_round_says_where_its_time_went() -> None:
+    text = watchresult.render(_result(phases={"start": 0.05, "build": 1.1, "checks": 0.2}))
+    assert text.splitlines()[-2] == "  time: start 0.05 s, build 1.10 s, checks 0.20 s"
+    assert "time:" not in watchresult.render(_result()), "no line without figures"
+
+
 def test_a_passing_round_is_a_table_of_shapes_by_dtypes_and_a_pass_line() -> None:
     text = watchresult.render(_result())
     lines = text.splitlines()
