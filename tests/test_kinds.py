@@ -22,8 +22,8 @@ SITE = BaseFacts(python="3.12.3", torch="2.11.0+cu130", torch_cuda="13.0")
 
 # --------------------------------------------------------------------------- the registry
 
-def test_the_registry_lists_the_four_kinds_in_claim_order_each_with_its_template():
-    assert kinds.names() == ["base-image", "cpu", "cuda-pip", "cuda-image"]
+def test_the_registry_lists_the_five_kinds_in_claim_order_each_with_its_template():
+    assert kinds.names() == ["base-image", "cpu", "cuda-pip", "cuda-debian", "cuda-image"]
     for kind in kinds.REGISTRY.values():
         assert (kind.template_dir / kind.template).is_file(), f"{kind.name} has no template {kind.template}"
         assert kinds.get(kind.name) is kind
@@ -32,6 +32,7 @@ def test_the_registry_lists_the_four_kinds_in_claim_order_each_with_its_template
 EXPECTED_KINDS = {
     "cpu": "cpu", "cu130-pip": "cuda-pip", "cu121-a100": "cuda-image", "cu124-h100": "cuda-image",
     "cu128-blackwell": "cuda-image", "tvm07-paper": "cuda-image", "gpuhost": "base-image",
+    "cu124-debian": "cuda-debian", "cu118-debian": "cuda-debian",
 }
 
 
@@ -71,7 +72,7 @@ def test_a_kind_makes_or_finds_its_base_through_the_engine_it_is_given(monkeypat
 
 
 class FakeKind(Kind):
-    """A fifth kind that exists only in this test: a module, a registry line and a template, nothing else."""
+    """A sixth kind that exists only in this test: a module, a registry line and a template, nothing else."""
 
     name = "cuda-fake"
     toolkit = "fake"
@@ -92,7 +93,7 @@ class FakeKind(Kind):
         return ["fake", "cu" + (spec.cuda or "").replace(".", "")]
 
 
-def test_a_fifth_kind_registered_in_a_test_is_picked_up_by_resolve_and_render(tmp_path, monkeypatch):
+def test_a_sixth_kind_registered_in_a_test_is_picked_up_by_resolve_and_render(tmp_path, monkeypatch):
     (tmp_path / "kinds").mkdir()
     (tmp_path / "kinds" / "cuda-fake.j2").write_text(
         '{% extends "Dockerfile.j2" %}\n{% block kind %}\n\n# the fake kind for {{ spec.gpus | join(",") }}'
@@ -105,7 +106,7 @@ def test_a_fifth_kind_registered_in_a_test_is_picked_up_by_resolve_and_render(tm
     text = render.dockerfile(spec, M)
     assert "FROM fake/cuda:12.4.1" in text and "# the fake kind for a100,h100\nENV CUDA_HOME=/opt/fake" in text
     assert 'TORCH_CUDA_ARCH_LIST="8.0;9.0+PTX"' in text and 'kernellab.kind="cuda-fake"' in text
-    with pytest.raises(ResolveError, match=r"use fake \(a test kind\) or image .* or pip"):
+    with pytest.raises(ResolveError, match=r"use debian .* or fake \(a test kind\) or image .* or pip"):
         resolve(M, gpu="a100", toolkit="nope")
     monkeypatch.undo()
     assert "cuda-fake" not in kinds.REGISTRY

@@ -148,7 +148,7 @@ def test_unknown_versions_list_the_known_ones(kw, listed):
     (dict(gpu="cpu", os="debian-12"), "unknown OS `debian-12` (did you mean debian12?)"),
     (dict(cuda="12.1", gpu="a100", ubuntu="22.4"), "no nvidia/cuda image for ubuntu22.4 (did you mean ubuntu22.04?)"),
     (dict(target="cu12-a100"), "unknown target `cu12-a100` (did you mean cu121-a100?)"),
-    (dict(gpu="a100", toolkit="pipp"), "unknown toolkit `pipp` (did you mean pip?); use image"),
+    (dict(gpu="a100", toolkit="pipp"), "unknown toolkit `pipp` (did you mean pip?); use debian"),
 ])
 def test_unknown_names_suggest_the_closest_known_one(kw, meant):
     assert meant in refuse(**kw)
