@@ -153,3 +153,21 @@ def test_the_debian_toolkit_refuses_what_debian_does_not_ship():
         resolve(M, cuda="12.4", gpu=["b200"], toolkit="debian")
     with pytest.raises(ResolveError, match="in debian13 \\(trixie\\) only"):
         resolve(M, cuda="12.4", gpu=["h100"], toolkit="debian", ubuntu="22.04")
+
+
+def test_a_librarys_gpu_code_is_listed_per_arch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from kernellab import binaries, proc
+
+    lib = tmp_path / "kernellab_x.so"
+    lib.write_bytes(b"\x7fELF")
+    listed = "ELF file    1: x.sm_80.cubin\nELF file    2: x.sm_90a.cubin\nPTX file    1: x.sm_90.ptx\n"
+
+    def fake_run(argv, **kw):
+        text = listed if "--list-elf" in argv else f"\n\tcode for sm_90 in {lib}\n        /*0000*/ MOV R1, c[0x0][0x28] ;\n"
+        return proc.Result(argv, 0, text, "")
+
+    monkeypatch.setattr(binaries, "cuobjdump", lambda: "/usr/bin/cuobjdump")
+    monkeypatch.setattr(binaries.proc, "run", fake_run)
+    found = binaries.fingerprint(lib)
+    assert (found.cubins, found.ptx) == (("sm_80", "sm_90a"), ("compute_90",))
+    assert found.sass_sha256 and len(found.library_sha256) == 64

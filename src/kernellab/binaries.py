@@ -16,8 +16,9 @@ from typing import Any
 
 from . import proc
 
+#: `cuobjdump --list-elf --list-ptx` lines: "ELF file 1: vector_add.sm_90.cubin", "PTX file 1: vector_add.sm_90.ptx".
 _ELF_ARCH = re.compile(r"\.(sm_\d+[a-z]?)\.cubin")
-_PTX_ARCH = re.compile(r"\.(compute_\d+[a-z]?)\.ptx")
+_PTX_ARCH = re.compile(r"PTX file.*\.(?:sm|compute)_(\d+[a-z]?)\.ptx")
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,7 @@ class Fingerprint:
     library_sha256: str
     sass_sha256: str | None   # None: no GPU code, or no cuobjdump here
     cubins: tuple[str, ...]   # SASS archs in the library, e.g. ("sm_80", "sm_90")
-    ptx: tuple[str, ...]      # PTX archs, e.g. ("compute_90",)
+    ptx: tuple[str, ...]      # PTX in the library, by virtual arch, e.g. ("compute_90",)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -38,7 +39,7 @@ def fingerprint(library: Path) -> Fingerprint:
         return Fingerprint(digest, None, (), ())
     listed = proc.run([tool, "--list-elf", "--list-ptx", str(library)], check=False)
     cubins = tuple(sorted(set(_ELF_ARCH.findall(listed.stdout)), key=_arch_key))
-    ptx = tuple(sorted(set(_PTX_ARCH.findall(listed.stdout)), key=_arch_key))
+    ptx = tuple(sorted({f"compute_{n}" for n in _PTX_ARCH.findall(listed.stdout)}, key=_arch_key))
     if not cubins:
         return Fingerprint(digest, None, (), ptx)
     sass = proc.run([tool, "-sass", str(library)], check=False).stdout
