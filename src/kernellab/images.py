@@ -187,18 +187,19 @@ def build(
             followed = None
         elif moved:
             out.write(f"warning: {moved}; building FROM the locked digest\n")
-    try:
-        return _build(spec, matrix, followed, base_ref, base_digest, base_packages, ca_certs=ca_certs,
+    def attempt(following: dict[str, Any] | None) -> Built:
+        return _build(spec, matrix, following, base_ref, base_digest, base_packages, ca_certs=ca_certs,
                       wheelhouse=wheelhouse, pip_config=pip_config, no_cache=no_cache, lock_dir=lock_dir, out=out,
                       eng=eng)
+
+    try:
+        return attempt(followed)
     except PinsGone as e:
         if lock != "prefer":
             raise
         out.write(f"note: the archive no longer has {debian.sentence(e.missing)}: resolving afresh; "
                   f"the lock will be rewritten.\n")
-        return _build(spec, matrix, None, base_ref, base_digest, base_packages, ca_certs=ca_certs,
-                      wheelhouse=wheelhouse, pip_config=pip_config, no_cache=no_cache, lock_dir=lock_dir, out=out,
-                      eng=eng)
+        return attempt(None)
 
 
 def _build(spec: Spec, matrix: Matrix, lock: dict[str, Any] | None, base_ref: str, base_digest: str,

@@ -48,6 +48,15 @@ def read_lock(spec: Spec, lock_dir: Path = LOCK_DIR) -> dict[str, Any]:
     path = lock_path(spec, lock_dir)
     if not path.exists():
         raise BuildError(f"no lock at {_shown(path)}; build once without --locked to create it.")
+    lock = _load(path)
+    changed = _differs(lock, spec)
+    if changed:
+        raise BuildError(f"the lock {path.name} was made for a different spec (differs in: {', '.join(changed)}); "
+                         f"rebuild without --locked to refresh it, or restore the matrix it was made from.")
+    return lock
+
+
+def _load(path: Path) -> dict[str, Any]:
     try:
         lock = json.loads(path.read_text())
         if not isinstance(lock["base"]["digest"], str) or not isinstance(lock["pip_freeze"], list):
@@ -55,12 +64,13 @@ def read_lock(spec: Spec, lock_dir: Path = LOCK_DIR) -> dict[str, Any]:
     except (ValueError, KeyError, TypeError):
         raise BuildError(f"the lock {path} is not a kernellab lock (bad JSON or missing keys); restore it from "
                          f"git or rebuild without --locked.") from None
-    want = json.loads(json.dumps(spec.to_dict()))  # as JSON has it: tuples become lists
-    if lock.get("spec") != want:
-        changed = sorted(k for k in want if lock.get("spec", {}).get(k) != want[k])
-        raise BuildError(f"the lock {path.name} was made for a different spec (differs in: {', '.join(changed)}); "
-                         f"rebuild without --locked to refresh it, or restore the matrix it was made from.")
     return lock
+
+
+def _differs(lock: dict[str, Any], spec: Spec) -> list[str]:
+    """The spec fields the lock was made with other values for."""
+    want = json.loads(json.dumps(spec.to_dict()))  # as JSON has it: tuples become lists
+    return sorted(k for k in want if lock.get("spec", {}).get(k) != want[k])
 
 
 def choose(spec: Spec, mode: Mode, lock_dir: Path, out: IO[str]) -> dict[str, Any] | None:
@@ -69,13 +79,20 @@ def choose(spec: Spec, mode: Mode, lock_dir: Path, out: IO[str]) -> dict[str, An
         return None
     if mode == "strict":
         return read_lock(spec, lock_dir)
-    if not lock_path(spec, lock_dir).exists():
+    path = lock_path(spec, lock_dir)
+    if not path.exists():
         return None
     try:
-        return read_lock(spec, lock_dir)
-    except BuildError as e:
-        out.write(f"note: {e} Resolving afresh; the lock will be rewritten.\n")
+        lock = _load(path)
+    except BuildError:
+        out.write(f"note: {_shown(path)} is not a kernellab lock: resolving afresh; it will be rewritten.\n")
         return None
+    changed = _differs(lock, spec)
+    if changed:
+        out.write(f"note: {_shown(path)} was made for another spec (differs in: {', '.join(changed)}): "
+                  f"resolving afresh; it will be rewritten.\n")
+        return None
+    return lock
 
 
 def base_moved(lock: dict[str, Any], base_ref: str, digest: str, packages: dict[str, str]) -> str | None:
