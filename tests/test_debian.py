@@ -171,3 +171,16 @@ def test_a_librarys_gpu_code_is_listed_per_arch(tmp_path: Path, monkeypatch: pyt
     found = binaries.fingerprint(lib)
     assert (found.cubins, found.ptx) == (("sm_80", "sm_90a"), ("compute_90",))
     assert found.sass_sha256 and len(found.library_sha256) == 64
+
+
+def test_cu118_debian_is_the_toolkit_alone_unless_a_torch_is_asked_for():
+    spec = resolve(M, target="cu118-debian")
+    assert (spec.torch, spec.torch_variant, spec.torch_requirement, spec.triton) == (None, "none", "", None)
+    assert "-notorch-" in spec.tag and spec.python == "3.11" and spec.gcc == 11
+    text = render.dockerfile(spec, M)
+    assert "torch==" not in text and "nvidia-cuda-toolkit=11.8.89~11.8.0-5~deb12u1" in text
+    assert 'kernellab.torch="none"' in text and "No PyTorch" in text
+    with_torch = resolve(M, cuda="11.8", toolkit="debian", gpu=["a100"], torch="2.7.1")
+    assert with_torch.torch_requirement == "torch==2.7.1+cu118" and with_torch.torch_index
+    with pytest.raises(ResolveError, match="--torch none` is for a CUDA toolkit image"):
+        resolve(M, gpu=["cpu"], torch="none")

@@ -129,3 +129,29 @@ def test_a_locked_version_the_archive_lost_is_named_and_nothing_is_tagged(cpu_tw
     assert "no longer has: gcc-12=0.0-kernellab-gone;" in str(caught.value) and "\n" not in str(caught.value)
     assert DOCKER.image_id("kernellab:cpu") == before, "the previous image of the tag is kept"
     assert json.loads((tmp_path / "cpu.json").read_text()) == gone, "the lock is left as it was"
+
+
+CUDA_SRC = r"""
+#include <cub/block/block_reduce.cuh>
+__global__ void total(const float* x, float* out) {
+  using R = cub::BlockReduce<float, 128>; __shared__ typename R::TempStorage t;
+  float s = R(t).Sum(x[threadIdx.x]); if (threadIdx.x == 0) *out = s; }
+extern "C" int kl_total(const float* x, float* out) { total<<<1, 128>>>(x, out); return (int)cudaGetLastError(); }
+"""
+
+
+def test_cuda_11_8_from_debian_is_nvcc_alone_and_compiles_for_sm80(docker_client, tmp_path, monkeypatch):
+    spec = images.resolve_request(target="cu118-debian", engine=DOCKER)
+    built = images.build(spec, lock_dir=tmp_path, ca_certs=network.ca_certificates(), out=io.StringIO(), engine=DOCKER)
+    assert DOCKER.labels(built.tags[0])["kernellab.torch"] == "none"
+    monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path / "cache"))
+    work = tmp_path / "ext"
+    work.mkdir()
+    work.chmod(0o777)
+    (work / "k.cu").write_text(CUDA_SRC)
+    script = ('set -e; nvcc --version | grep -q "release 11.8"; '
+              'nvcc $KERNELLAB_NVCC_GENCODE -Xptxas -v -Xcompiler -fPIC -shared /workspace/k.cu -o /workspace/libk.so '
+              '2> /workspace/ptxas.txt; if python -c "import torch" 2>/dev/null; then exit 3; fi')
+    assert containers.run(built.tags[0], ["bash", "-c", script], gpu=False, repo=work, engine=DOCKER) == 0
+    assert "for 'sm_80'" in (work / "ptxas.txt").read_text()
+    assert (work / "libk.so").stat().st_size > 10_000

@@ -94,7 +94,8 @@ class Spec:
             ("gpus", ", ".join(self.gpus)), ("arch list", self.arch_list or "-"),
             ("cuda", self.cuda_full or "-"), ("cudnn", self.cudnn or "-"),
             ("min driver", self.min_driver or "-"),
-            ("torch", f"{self.torch or 'from base image'} ({self.torch_variant})"),
+            ("torch", "none: the CUDA toolkit alone" if self.torch_variant == "none" else
+             f"{self.torch or 'from base image'} ({self.torch_variant})"),
             ("triton", self.triton or "-"), ("python", self.python),
             ("gcc", str(self.gcc) if self.gcc else "from base"), ("llvm", self.llvm or "-"),
             ("extras", ", ".join(self.extras) or "-"),

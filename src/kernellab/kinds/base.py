@@ -97,7 +97,7 @@ class Kind:
             os=os_, apt_packages=_apt(spec, os_) if os_ else [],
             python_ppa=bool(os_ and spec.python != os_.python),
             llvm_apt=bool(os_ and spec.llvm and spec.llvm not in os_.llvm),
-            pip_packages=[spec.torch_requirement, *spec.image_pip, *spec.extra_pip],
+            pip_packages=[p for p in (spec.torch_requirement, *spec.image_pip, *spec.extra_pip) if p],
         )
 
     # ------------------------------------------------------------ the base image

@@ -121,6 +121,14 @@ def check_archs(matrix: Matrix, cuda: Cuda, gpus: Sequence[Gpu]) -> None:
 
 # --------------------------------------------------------------------------- PyTorch
 
+#: `torch = "none"` (a target) or `--torch none`: an image with the CUDA toolkit and no PyTorch.
+NO_TORCH = "none"
+
+
+def no_torch(requested: str | None) -> bool:
+    return str(requested or "").strip().lower() == NO_TORCH
+
+
 def torch_for(matrix: Matrix, variant: str, requested: str | None, what: str) -> Torch:
     having = [t for t in matrix.torch.values() if variant in t.variants]
     if requested:

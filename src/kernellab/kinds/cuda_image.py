@@ -38,6 +38,8 @@ class CudaKind(Kind):
         gpus = req.gpus or ()
         cuda = choose.cuda_for(matrix, req.cuda, gpus)
         os_, base, cudnn = self.toolchain(matrix, req, cuda, gpus)
+        if choose.no_torch(req.torch):  # the toolkit alone: nvcc, no PyTorch
+            return self._without_torch(matrix, req, cuda, gpus, os_, base, cudnn)
         torch = choose.torch_for(matrix, cuda.variant, req.torch, f"CUDA {cuda.version}")
         choose.check_torch_archs(torch, cuda.variant, gpus)
         py = choose.python(os_, torch, req.python)
@@ -54,9 +56,23 @@ class CudaKind(Kind):
             **req.extras(matrix),
         )
 
+    def _without_torch(self, matrix: Matrix, req: Request, cuda: Cuda, gpus: tuple[Gpu, ...], os_: Os, base: str,
+                       cudnn: str | None) -> Spec:
+        """`torch = "none"`: the toolkit, the compilers and Python, without PyTorch (nvcc-only work)."""
+        warnings: list[str] = []
+        return Spec(
+            kind=self.name, target=req.target, gpus=tuple(g.key for g in gpus), ccs=choose.ccs(gpus),
+            cuda=cuda.version, cuda_full=cuda.full, cudnn=cudnn, min_driver=cuda.min_driver,
+            torch=None, torch_variant=choose.NO_TORCH, python=choose.python(os_, None, req.python), os=os_.key,
+            base=base, gcc=choose.gcc(os_, cuda, req.gcc), llvm=choose.llvm(matrix, os_, cuda, req.llvm, warnings),
+            triton=None, pip_toolkit=self.pip_toolkit(cuda), cuda_home=self.cuda_home(cuda, os_.python),
+            torch_index=None, torch_requirement="", warnings=tuple(warnings), **req.extras(matrix),
+        )
+
     def tag_parts(self, spec: Spec) -> list[str]:
         cu = "cu" + (spec.cuda or "").replace(".", "") + self.tag_suffix
-        return [cu, f"torch{spec.torch}", py_part(spec), sm_part(spec)]
+        torch = f"torch{spec.torch}" if spec.torch else "notorch"
+        return [cu, torch, py_part(spec), sm_part(spec)]
 
 
 class CudaImage(CudaKind):

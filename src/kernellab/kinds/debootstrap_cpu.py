@@ -79,6 +79,8 @@ class DebootstrapCpu(OsBase):
     def resolve(self, matrix: Matrix, req: Request) -> Spec:
         if req.cuda:
             raise ResolveError("`--gpu cpu` builds a CPU-only image; drop --cuda, or name a GPU.")
+        if choose.no_torch(req.torch):
+            raise ResolveError("`--torch none` is for a CUDA toolkit image (nvcc alone); a CPU image is PyTorch's.")
         os_ = choose.os_(matrix, req.os or choose.os_for_base(matrix, req.base or DEFAULT_BASE))
         torch = choose.torch_for(matrix, "cpu", req.torch, "CPU")
         py = choose.python(os_, torch, req.python)
