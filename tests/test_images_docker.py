@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kernellab import containers, engine, images, locks, network, targets
+from kernellab import ROOT, containers, engine, images, locks, network, targets
 from kernellab.errors import BuildError, DockerError, ResolveError
 from kernellab.resolve import resolve
 from proxy import Proxy
@@ -249,7 +249,7 @@ images.build(spec, lock_dir=__import__("pathlib").Path(sys.argv[1]), engine=engi
 
 def test_ctrl_c_mid_build_tags_nothing(cpu_image, tmp_path):
     import signal
-    p = subprocess.Popen([sys.executable, "-c", INTERRUPTED_BUILD, str(tmp_path)], cwd=images.ROOT,
+    p = subprocess.Popen([sys.executable, "-c", INTERRUPTED_BUILD, str(tmp_path)], cwd=ROOT,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     tag = p.stdout.readline().strip()
     seen = ""
