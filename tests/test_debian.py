@@ -25,11 +25,11 @@ APT_GONE = """#9 3.1 Reading package lists...
 
 
 def test_packages_round_trip_and_pins_are_what_the_base_lacks():
-    base = debian.parse_packages("bash=5.2-1\nlibc6=2.36-9\n\nnot a package line\n")
+    base = debian.parse_packages("bash=5.2-1\nlibc6=2.36-9\n\nnot a package line\n".splitlines())
     assert base == {"bash": "5.2-1", "libc6": "2.36-9"}
     image = {**base, "libc6": "2.36-10", "gcc-12": "12.2.0-14", "g++-12": "12.2.0-14"}
     assert debian.pins(base, image) == ["g++-12=12.2.0-14", "gcc-12=12.2.0-14", "libc6=2.36-10"]
-    assert debian.parse_packages("\n".join(debian.as_list(image))) == image
+    assert debian.parse_packages(debian.as_list(image)) == image
     assert debian.changed(base, image) == ["g++-12 - -> 12.2.0-14", "gcc-12 - -> 12.2.0-14", "libc6 2.36-9 -> 2.36-10"]
 
 

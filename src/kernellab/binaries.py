@@ -8,6 +8,7 @@ cubins (`cuobjdump --list-elf`: one per arch, e.g. `sm_90`) and PTX.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shutil
 from dataclasses import asdict, dataclass
@@ -53,8 +54,6 @@ def cuobjdump() -> str | None:
     found = shutil.which("cuobjdump")
     if found:
         return found
-    import os
-
     home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
     candidate = Path(home or "/usr/local/cuda") / "bin" / "cuobjdump"
     return str(candidate) if candidate.is_file() else None

@@ -48,10 +48,7 @@ def match_reference(op: OpSpec, module: OpModule, label: str, shape: dict, dtype
     """None if candidate `label` matches the reference at this shape, dtype and seed, else why not."""
     import torch
 
-    inputs = module.make_inputs(shape, dtype, device(op), seed)
-    before = [t.clone() for t in _tensors(inputs)]
-    expected = module.reference(*inputs)
-    out = torch.full_like(expected, float("nan"))
+    inputs, before, expected, out = _reference_side(op, module, shape, dtype, seed)
     try:
         got = module.candidates[label](*inputs, out=out)
     except Exception as e:  # the op's own argument check, or a launch failure
@@ -74,14 +71,22 @@ def warm_up(op: OpSpec, module: OpModule, shape: dict, dtype: str, seed: int) ->
     starts warm (the GPU code of input making, the reference and the comparison loaded)."""
     import torch
 
-    inputs = module.make_inputs(shape, dtype, device(op), seed)
-    before = [t.clone() for t in _tensors(inputs)]
-    expected = module.reference(*inputs)
-    out = torch.full_like(expected, float("nan"))
+    inputs, before, expected, out = _reference_side(op, module, shape, dtype, seed)
     out.copy_(expected)
     all(torch.equal(a, b) for a, b in zip(before, _tensors(inputs)))
     atol, rtol = op.tolerances[dtype]
     torch.testing.assert_close(out, expected, atol=atol, rtol=rtol)
+
+
+def _reference_side(op: OpSpec, module: OpModule, shape: dict, dtype: str, seed: int) -> tuple:
+    """The inputs, copies of them (to check they stay unchanged), the reference output, and an output
+    pre-filled with NaN for the candidate to write into."""
+    import torch
+
+    inputs = module.make_inputs(shape, dtype, device(op), seed)
+    before = [t.clone() for t in _tensors(inputs)]
+    expected = module.reference(*inputs)
+    return inputs, before, expected, torch.full_like(expected, float("nan"))
 
 
 def first_mismatch(got: Tensor, expected: Tensor, *, atol: float, rtol: float) -> str | None:

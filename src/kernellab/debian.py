@@ -98,9 +98,11 @@ def image_config(diff_id: str, epoch: int, created_by: str) -> bytes:
 
 
 def write_archive(stream: IO[bytes], layer: Path, config: bytes, tag: str) -> None:
-    """A save archive (docker-archive layout) of one layer and its config, as `docker load` reads it."""
+    """A save archive (docker-archive layout) of one layer and its config, as `docker load` reads it.
+    The layer is named by the diff ID the config already holds: it is not hashed again."""
     config_name = hashlib.sha256(config).hexdigest() + ".json"
-    layer_name = layer_digest(layer).split(":", 1)[1] + "/layer.tar"
+    (diff_id,) = json.loads(config)["rootfs"]["diff_ids"]
+    layer_name = diff_id.split(":", 1)[1] + "/layer.tar"
     manifest = json.dumps([{"Config": config_name, "RepoTags": [tag], "Layers": [layer_name]}]).encode()
     with tarfile.open(fileobj=stream, mode="w|", format=tarfile.PAX_FORMAT) as tar:
         for name, data in ((config_name, config), ("manifest.json", manifest)):
@@ -116,10 +118,10 @@ def write_archive(stream: IO[bytes], layer: Path, config: bytes, tag: str) -> No
 # --------------------------------------------------------------------------- package versions
 
 
-def parse_packages(text: str) -> dict[str, str]:
-    """`dpkg-query -W -f DPKG_FORMAT` output (or a lock's "name=version" list) as {name: version}."""
+def parse_packages(lines: Iterable[str]) -> dict[str, str]:
+    """"name=version" lines (`dpkg-query -W -f DPKG_FORMAT` output, a lock's list) as {name: version}."""
     found = {}
-    for line in text.splitlines():
+    for line in lines:
         name, sep, version = line.strip().partition("=")
         if sep and name and version:
             found[name] = version

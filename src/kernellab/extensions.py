@@ -30,6 +30,7 @@ from typing import Any, Iterator, Sequence
 from . import cache_root
 from .compilerlog import KernelResources, compiler_messages, demangle, parse_ptxas
 from .errors import ExtensionError
+from .targets import vkey
 
 #: nvcc flags: -lineinfo maps SASS back to source lines (profilers, compute-sanitizer);
 #: -Xptxas=-v reports registers and spills per kernel, which `invoke build-kernels` shows.
@@ -85,8 +86,7 @@ def cuda_flags() -> tuple[str, ...]:
     """CUDA_FLAGS, plus PARALLEL_NVCC when torch's CUDA (and so its nvcc) is 11.2 or newer."""
     import torch
 
-    version = tuple(int(p) for p in (torch.version.cuda or "0").split(".")[:2] if p.isdigit())
-    return CUDA_FLAGS + (PARALLEL_NVCC if version >= (11, 2) else ())
+    return CUDA_FLAGS + (PARALLEL_NVCC if vkey(torch.version.cuda or "0") >= (11, 2) else ())
 
 
 def build_directory(name: str, sources: Sequence[Path], *, cuda: bool, include_dirs: Sequence[Path] = ()) -> Path:

@@ -259,7 +259,7 @@ def _build(spec: Spec, matrix: Matrix, lock: dict[str, Any] | None, base_ref: st
 def debian_packages(eng: Engine, image: str) -> dict[str, str]:
     """The Debian packages in an image, {name: version}; {} when it has no dpkg."""
     r = proc.run(_plain_run(eng, image, ["-W", "-f", debian.DPKG_FORMAT], entrypoint="dpkg-query"), check=False)
-    return debian.parse_packages(r.stdout) if r.ok else {}
+    return debian.parse_packages(r.stdout.splitlines()) if r.ok else {}
 
 
 def _iid(iidfile: Path) -> str:

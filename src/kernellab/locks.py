@@ -99,7 +99,7 @@ def base_moved(lock: dict[str, Any], base_ref: str, digest: str, packages: dict[
     """Why the base image is not the locked one (a sentence), or None when it is, or cannot be told."""
     if lock["base"]["digest"] == digest:
         return None
-    locked = debian.parse_packages("\n".join(lock.get("debian", {}).get("base", [])))
+    locked = debian.parse_packages(lock.get("debian", {}).get("base", []))
     changes = debian.changed(locked, packages) if locked and packages else []
     what = f" (Debian's archive has moved on: {debian.sentence(changes)})" if changes else ""
     return f"the base image {base_ref} is {digest[:19]}, not the locked {lock['base']['digest'][:19]}{what}"
@@ -110,8 +110,7 @@ def apt_pins(lock: dict[str, Any] | None) -> list[str] | None:
     if not lock or not lock.get("debian", {}).get("image"):
         return None
     section = lock["debian"]
-    return debian.pins(debian.parse_packages("\n".join(section.get("base", []))),
-                       debian.parse_packages("\n".join(section["image"])))
+    return debian.pins(debian.parse_packages(section.get("base", [])), debian.parse_packages(section["image"]))
 
 
 def make(spec: Spec, *, base_ref: str, base_digest: str, base_packages: dict[str, str], info: dict[str, Any],
@@ -126,7 +125,7 @@ def make(spec: Spec, *, base_ref: str, base_digest: str, base_packages: dict[str
         "versions": info["versions"],
         "pip_freeze": info["pip_freeze"],
     }
-    image_packages = debian.parse_packages("\n".join(info.get("debian_packages") or []))
+    image_packages = debian.parse_packages(info.get("debian_packages") or [])
     if image_packages:
         lock["debian"] = {"archive": archive, "base": debian.as_list(base_packages),
                           "image": debian.as_list(image_packages)}

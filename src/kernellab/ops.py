@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from . import compilerlog, extensions
 from .errors import ConfigError, ExtensionError
 from .opspec import DEFAULT_SEEDS, ITEMSIZE, KERNELS, KINDS, OpSpec, discover, parse_spec
+from .targets import vkey
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -112,13 +113,9 @@ def unbuildable(op: OpSpec) -> str | None:
         return "Triton compiles at the first call"
     if op.kind == "cuda" and torch.version.cuda is None:
         return f"needs a CUDA build of torch (this is {torch.__version__})"
-    if op.kind == "cuda" and op.min_cuda and _version(torch.version.cuda or "0") < _version(op.min_cuda[0]):
+    if op.kind == "cuda" and op.min_cuda and vkey(torch.version.cuda or "0") < vkey(op.min_cuda[0]):
         return f"{op.name} needs CUDA {op.min_cuda[0]} or newer ({op.min_cuda[1]}); this is CUDA {torch.version.cuda}"
     return None
-
-
-def _version(text: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in text.split(".") if p.isdigit())
 
 
 def build(op: OpSpec, *, verbose: bool = False) -> extensions.Build:

@@ -33,17 +33,13 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Iterable
+from typing import IO, Any, Iterable
 
 from . import ROOT
 from .errors import ConfigError, KernellabError
 from .opspec import KERNELS
 from .watchresult import Trigger
 from .watchround import _STOPS, FAILED, PASSED, UNAVAILABLE, Round
-
-if TYPE_CHECKING:
-    pass
-
 
 #: Files whose save starts a round (anything else in the watched folders is ignored).
 SOURCE_SUFFIXES = frozenset({".cu", ".cuh", ".cpp", ".cc", ".cxx", ".c", ".h", ".hh", ".hpp", ".inl", ".py", ".toml"})

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..errors import ResolveError
 from ..resolve import Spec
-from ..targets import Cuda, Gpu, Matrix, Os
+from ..targets import Cuda, Gpu, Matrix, Os, vkey
 from . import choose
 from .base import Request
 from .cuda_image import CudaKind
@@ -52,7 +52,7 @@ class CudaDebian(OsBase, CudaKind):
 def shipped(matrix: Matrix) -> str:
     """"CUDA 11.8 (debian12, bookworm) and 12.4 (debian13, trixie)": what the matrix knows Debian ships."""
     found = [f"{c.version} ({c.debian.os}, {matrix.os[c.debian.os].codename})"
-             for c in sorted(matrix.cuda.values(), key=lambda c: [int(p) for p in c.version.split(".")]) if c.debian]
+             for c in sorted(matrix.cuda.values(), key=lambda c: vkey(c.version)) if c.debian]
     return "CUDA " + (" and ".join([", ".join(found[:-1]), found[-1]]) if len(found) > 1 else "".join(found) or "none")
 
 
