@@ -214,6 +214,8 @@ def _preload(bench: bool) -> Any:
     for module in ("torch.testing", "torch.utils.cpp_extension", "kernellab.ops", "kernellab.checks",
                    *(("kernellab.bench.runner",) if bench else ())):
         importlib.import_module(module)
+    with contextlib.suppress(Exception):  # which options this nvcc has: asked once, here, not in every round
+        importlib.import_module("kernellab.extensions").cuda_flags()
     return watchfiles
 
 
