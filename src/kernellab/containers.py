@@ -65,12 +65,14 @@ def run_argv(
     name: str | None = None,
     publish: Sequence[str] = (),
     pass_env: Sequence[str] = (),
+    mounts: Sequence[str] = (),
     engine: Engine | None = None,
 ) -> list[str]:
     """The engine's `run` command line for one container (pure apart from inspecting the image).
 
     publish: "127.0.0.1:8888:8888" (host address:host port:container port). pass_env: more host
-    variables passed by name only (their values never appear on the command line).
+    variables passed by name only (their values never appear on the command line). mounts: more
+    "host:container[:ro]" beside the repository and the cache.
     """
     eng = resolve_engine(engine)
     uid, gid = user or caller_ids()
@@ -85,7 +87,7 @@ def run_argv(
     # The host's name inside too: benchmark results record it, and compare tells machines apart by it.
     return eng.run_argv(image, command, user=(uid, gid), workdir=WORKSPACE, network=network, name=name,
                         hostname=socket.gethostname(),
-                        mounts=(f"{repo.resolve()}:{WORKSPACE}", f"{cache.resolve()}:{CACHE}"),
+                        mounts=(f"{repo.resolve()}:{WORKSPACE}", f"{cache.resolve()}:{CACHE}", *mounts),
                         interactive=interactive, tty=interactive and sys.stdin.isatty(), publish=publish,
                         pass_env=list(dict.fromkeys([*names, *pass_env])), env=full_env, extra=extra)
 
@@ -112,7 +114,7 @@ def container_env(image: str, gpu_mode: str | None, *, engine: Engine | None = N
 def run(image: str, command: Sequence[str] = (), *, gpu: bool | str = True, interactive: bool = False,
         user: tuple[int, int] | None = None, env: dict[str, str] | None = None, network: str | None = None,
         repo: Path = ROOT, publish: Sequence[str] = (), secret_env: dict[str, str] | None = None,
-        name: str | None = None, engine: Engine | None = None) -> int:
+        name: str | None = None, mounts: Sequence[str] = (), engine: Engine | None = None) -> int:
     """Run command in a container of image, streaming its output; return its exit code.
 
     gpu: True = the best mode found (none if this machine has no GPU), False = no GPU,
@@ -133,7 +135,7 @@ def run(image: str, command: Sequence[str] = (), *, gpu: bool | str = True, inte
     name = name or new_name()
     argv = run_argv(image, command, interactive=interactive, gpu_mode=mode, user=(uid, gid), cache=cache,
                     env=env, network=network, repo=repo, name=name, publish=publish,
-                    pass_env=tuple(secret_env or {}), engine=eng)
+                    pass_env=tuple(secret_env or {}), mounts=mounts, engine=eng)
     code = proc.call(argv, env=secret_env)
     if code == 130:  # Ctrl-C: the client may be gone while the container runs on, holding the GPU
         eng.remove_container(name)
@@ -149,7 +151,8 @@ def gpu_mode_names() -> tuple[str, ...]:
     return gpu.MODES
 
 
-def run_in_target(target: str | None, argv: Sequence[str], *, gpu: bool | str = True) -> int:
+def run_in_target(target: str | None, argv: Sequence[str], *, gpu: bool | str = True,
+                  env: dict[str, str] | None = None, mounts: Sequence[str] = ()) -> int:
     """Run argv in the image of a named target (default: this machine's), repo and caches mounted."""
     image = images.image_for_target(target)
-    return run(image, list(argv), gpu=gpu)
+    return run(image, list(argv), gpu=gpu, env=env, mounts=mounts)

@@ -10,7 +10,7 @@ import shutil
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
-from . import __version__, engine, gpu, images, kinds, network
+from . import __version__, engine, gpu, images, kinds, network, nvtools
 from .errors import KernellabError
 from .resolve import Spec, covers
 from .targets import load, vkey
@@ -158,6 +158,12 @@ def _modes(ctx: dict[str, Any]) -> Finding:
     detail = {"nvidia": "NVIDIA runtime (--gpus)", "cdi": "CDI (--device nvidia.com/gpu=all)",
               "devices": "device nodes + driver libraries (devices)"}
     return Finding("gpu in containers", OK, f"mode {modes[0]}: {detail[modes[0]]}; available: {', '.join(modes)}")
+
+
+@check("profiling")
+def _profiling(ctx: dict[str, Any]) -> Finding:
+    r = nvtools.readiness(nvtools.find("ncu"), nvtools.read_params(), os.getuid(), bool(ctx.get("gpus")))
+    return Finding("profiling", r.severity, r.message, r.remedy)
 
 
 @check("network")

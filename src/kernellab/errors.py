@@ -61,3 +61,7 @@ class BenchError(KernellabError):
 
 class TransferError(KernellabError):
     """An image bundle could not be written, verified or loaded."""
+
+
+class ProfileError(KernellabError):
+    """`invoke profile` or `invoke sanitize` cannot run: no tool, counters locked, nothing profiled."""

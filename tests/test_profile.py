@@ -1,0 +1,214 @@
+"""invoke profile / sanitize without a GPU: ncu's command line, reading ncu's CSV export and
+compute-sanitizer's output (both captured on the H100 machine, in tests/data/), and doctor's view of
+counter permissions from stand-in driver params files."""
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+
+from kernellab import nvtools, profile, sanitize
+from kernellab.errors import ConfigError
+from kernellab.opspec import KERNELS, parse_spec
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_ncu_profiles_only_the_nvtx_range_with_clocks_and_caches_controlled(tmp_path: Path) -> None:
+    argv = profile.ncu_argv("/x/ncu", tmp_path / "r.ncu-rep", ["python", "-m", "kernellab.profile", "--launch"])
+    joined = " ".join(argv)
+    assert argv[0] == "/x/ncu" and argv[-4:] == ["python", "-m", "kernellab.profile", "--launch"]
+    assert "--nvtx --nvtx-include kernellab/" in joined
+    assert "--clock-control base" in joined and "--cache-control all" in joined
+    assert "--set basic --section WarpStateStats" in joined
+    assert f"--export {tmp_path / 'r.ncu-rep'} --force-overwrite" in joined
+    assert "--kernel-name" not in joined
+    full = profile.ncu_argv("ncu", tmp_path / "r", ["p"], set_name="full", kernel=r"softmax_\w+")
+    assert "--set full" in " ".join(full) and "WarpStateStats" not in full
+    assert full[full.index("--kernel-name") + 1] == r"regex:softmax_\w+"
+    assert full[full.index("--kernel-name-base") + 1] == "function"  # no namespace, template or parameters
+
+
+def test_bad_set_and_bad_kernel_regex_are_one_sentence(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="unknown --set 'most'"):
+        profile.ncu_argv("ncu", tmp_path / "r", ["p"], set_name="most")
+    with pytest.raises(ConfigError, match="is not a regular expression"):
+        profile.ncu_argv("ncu", tmp_path / "r", ["p"], kernel="softmax(")
+
+
+def test_the_h100_report_reads_back_as_one_kernel_summary() -> None:
+    rows = profile.parse_raw_csv((DATA / "ncu-raw-softmax-h100.csv").read_text())
+    assert len(rows) == 1
+    k = profile.summarize(rows[0])
+    assert k["kernel"] == "softmax_kernel"
+    assert k["duration_ns"] == 41152
+    assert k["dram_pct"] == pytest.approx(81.33) and k["l2_pct"] == pytest.approx(83.06)
+    assert k["sm_pct"] == pytest.approx(47.13)
+    assert (k["occupancy_achieved_pct"], k["occupancy_theoretical_pct"]) == (pytest.approx(89.85), 100)
+    assert k["registers"] == 32 and k["shared_bytes"] == 256 and k["block_size"] == 256 and k["grid_size"] == 4096
+    assert k["dram_gbps"] == pytest.approx((67_122_944 + 45_023_744) / 41152)
+    assert k["limiter"] == "memory"
+    assert [s["reason"] for s in k["stalls"]] == ["long_scoreboard", "short_scoreboard", "mio_throttle"]
+    assert "selected" not in {s["reason"] for s in k["stalls"]}  # issuing is not a stall
+
+
+def test_units_other_than_the_base_ones_are_converted() -> None:
+    text = ('"ID","Kernel Name","gpu__time_duration.sum","dram__bytes_read.sum"\n'
+            '"","","usecond","Kbyte"\n"0","k","1,234.5","2"\n')
+    k = profile.summarize(profile.parse_raw_csv(text)[0])
+    assert k["duration_ns"] == pytest.approx(1_234_500) and k["dram_read_bytes"] == 2000
+    assert k["dram_pct"] is None and k["dram_gbps"] is None and k["limiter"] == "latency"
+
+
+@pytest.mark.parametrize("sm, mem, expected", [(90, 20, "compute"), (30, 85, "memory"), (70, 70, "memory"),
+                                               (40, 50, "latency"), (None, None, "latency")])
+def test_the_limiter_is_the_unit_above_sixty_percent(sm: float | None, mem: float | None, expected: str) -> None:
+    assert profile.limiter(sm, mem) == expected
+
+
+def test_ncu_failures_become_one_sentence_with_the_remedy() -> None:
+    perm = "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters"
+    assert profile.explain_failure(perm, 1, "ncu") == nvtools.COUNTERS_REMEDY
+    assert "NVreg_RestrictProfilingToAdminUsers=0" in nvtools.COUNTERS_REMEDY and "--trace" in nvtools.COUNTERS_REMEDY
+    unsupported = "==ERROR== Device 0 is not supported by this version of Nsight Compute"
+    assert "does not support this GPU" in profile.explain_failure(unsupported, 1, "/opt/ncu")
+    assert profile.explain_failure("==ERROR== something else\n", 1, "ncu") == "ncu failed: something else"
+    assert profile.explain_failure("last words\n", 3, "ncu") == "ncu exited with code 3: last words."
+
+
+def test_shapes_and_implementations_are_chosen_from_the_op() -> None:
+    spec = parse_spec(KERNELS / "softmax" / "op.toml")
+    assert profile.choose_shape(spec, None) == spec.bench_shapes[0]
+    assert profile.choose_shape(spec, "1") == spec.bench_shapes[1]
+    assert profile.choose_shape(spec, "rows=8,cols=128") == {"rows": 8, "cols": 128}
+    with pytest.raises(ConfigError, match="has 2 bench shapes"):
+        profile.choose_shape(spec, "7")
+    with pytest.raises(ConfigError, match="the keys cols, rows"):
+        profile.choose_shape(spec, "n=8")
+    with pytest.raises(ConfigError, match="k=v,k=v with integers"):
+        profile.choose_shape(spec, "rows=big")
+    assert profile.choose_impls(spec, None) == [("kernellab", "candidate"), ("eager", "baseline"),
+                                                ("compile", "baseline")]
+    assert profile.choose_impls(spec, ["eager"]) == [("eager", "baseline")]
+    with pytest.raises(ConfigError, match="--impl sdpa: softmax has kernellab, eager, compile"):
+        profile.choose_impls(spec, ["sdpa"])
+    assert profile.file_stem(spec, {"rows": 4096, "cols": 1024}, "float16", "eager") == "softmax-4096x1024-float16-eager"
+
+
+def test_the_summary_puts_candidate_and_baselines_side_by_side() -> None:
+    kernel = profile.summarize(profile.parse_raw_csv((DATA / "ncu-raw-softmax-h100.csv").read_text())[0])
+    doc = {"op": "softmax", "shape": {"rows": 4096, "cols": 4096}, "dtype": "float32", "gpu": "H100", "mode": "ncu",
+           "set": "basic", "warmup_calls": 3, "seconds": 30.0, "ncu": {"version": "2025.3"},
+           "impls": {"kernellab": {"role": "candidate", "kernels": [kernel]},
+                     "eager": {"role": "baseline", "kernels": [dict(kernel, kernel="cunn_SoftMaxForward")]}}}
+    text = profile.to_markdown(doc)
+    assert "| kernellab (candidate) | `softmax_kernel` | 41.2 µs | 81.3 | 83.1 | 47.1 | 2725 | 89.8 / 100.0 % | 32 " \
+           "| 256 B | memory | long_scoreboard 12.6" in text
+    assert "| eager (baseline) | `cunn_SoftMaxForward` |" in text
+    assert "2 kernels profiled in 30.0 s (15.0 s per kernel" in text
+
+
+# --------------------------------------------------------------------------- compute-sanitizer's output
+
+
+def test_memcheck_names_kernel_line_and_case_and_not_the_process_dying() -> None:
+    errors, failed = sanitize.parse("memcheck", (DATA / "sanitizer-memcheck-h100.log").read_text())
+    assert failed == [] and len(errors) == 1
+    e = errors[0]
+    assert e.message == "Invalid __global__ write of size 4 bytes"
+    assert e.kernel == "<unnamed>::oob_write_kernel(const float *, float *, long)"
+    assert e.where == "oob_write.cu:8" and e.case == "kernellab n=1001 float32 seed=0"
+    assert any("out of bounds" in d for d in e.details)
+    lines = sanitize.report("memcheck", errors, failed, 0, sanitize.ERROR_EXIT, died=True)
+    assert lines[0] == "memcheck: 1 error at 1 place (0 cases)"
+    assert "kernel <unnamed>::oob_write_kernel(const float *, float *, long) at oob_write.cu:8; " \
+           "case kernellab n=1001 float32 seed=0" in lines[2]
+    assert "CUDA context is lost" in lines[3]
+
+
+def test_racecheck_merges_one_race_met_in_two_cases_and_keeps_the_failed_checks() -> None:
+    errors, failed = sanitize.parse("racecheck", (DATA / "sanitizer-racecheck-h100.log").read_text())
+    assert len(errors) == 2 and len(failed) == 2
+    assert errors[0].message == "Error: Race reported between Write access"
+    assert errors[0].where == "shared_race.cu:10 and shared_race.cu:12"  # the write, then the read
+    assert errors[0].kernel == "<unnamed>::shared_race_kernel(const float *, float *)"
+    groups = sanitize.merged(errors)
+    assert len(groups) == 1 and groups[0][1] == ["kernellab n=1024 float32 seed=0", "kernellab n=65536 float32 seed=0"]
+    lines = sanitize.report("racecheck", errors, failed, 2, sanitize.ERROR_EXIT)
+    assert lines[0] == "racecheck: 2 errors at 1 place (2 cases)"
+    assert sum(line.startswith("  check failed: kernellab n=") for line in lines) == 2
+
+
+def test_a_clean_run_and_a_run_that_broke_read_differently() -> None:
+    clean = "========= COMPUTE-SANITIZER\nkernellab-case: a n=1 float32 seed=0\nkernellab-cases: 1\n" \
+            "========= ERROR SUMMARY: 0 errors\n"
+    errors, failed = sanitize.parse("initcheck", clean)
+    assert errors == [] and failed == []
+    assert sanitize.report("initcheck", errors, failed, 1, 0) == ["initcheck: clean (1 cases)"]
+    assert "did not finish" in sanitize.report("synccheck", [], [], 0, 139)[0]
+
+
+def test_sanitizer_command_line() -> None:
+    argv = sanitize.sanitizer_argv("/cuda/bin/compute-sanitizer", "racecheck", ["python", "x"])
+    assert argv[:3] == ["/cuda/bin/compute-sanitizer", "--tool", "racecheck"]
+    assert "--error-exitcode" in argv and "--report-api-errors" in argv and argv[-2:] == ["python", "x"]
+    with pytest.raises(ConfigError, match="unknown --tool 'leakcheck'"):
+        sanitize.sanitizer_argv("cs", "leakcheck", [])
+
+
+# --------------------------------------------------------------------------- where the tools are; counters
+
+
+def test_counters_restricted_reads_the_driver_params() -> None:
+    assert nvtools.counters_restricted("EnableMSI: 1\nRmProfilingAdminOnly: 1\n") is True
+    assert nvtools.counters_restricted("RmProfilingAdminOnly: 0\n") is False
+    assert nvtools.counters_restricted("EnableMSI: 1\n") is None and nvtools.counters_restricted(None) is None
+
+
+@pytest.mark.parametrize("params, uid, ncu, severity, words", [
+    ("RmProfilingAdminOnly: 1\n", 1000, "/opt/ncu", "warn", "restricted to admins"),
+    ("RmProfilingAdminOnly: 1\n", 0, "/opt/ncu", "ok", "but this is root"),
+    ("RmProfilingAdminOnly: 0\n", 1000, "/opt/ncu", "ok", "open to all users"),
+    (None, 1000, "/opt/ncu", "ok", "unknown"),
+    ("RmProfilingAdminOnly: 0\n", 1000, None, "warn", "no ncu on this machine"),
+])
+def test_doctor_profiling_readiness(tmp_path: Path, params: str | None, uid: int, ncu: str | None, severity: str,
+                                    words: str) -> None:
+    path = tmp_path / "params"
+    if params is not None:
+        path.write_text(params)
+    r = nvtools.readiness(Path(ncu) if ncu else None, nvtools.read_params(path), uid, has_gpu=True)
+    assert r.severity == severity and words in r.message
+    if severity == "warn" and params and "1" in params:
+        assert r.remedy == nvtools.COUNTERS_REMEDY
+    assert nvtools.readiness(None, params, uid, has_gpu=False).severity == "info"
+
+
+def test_tools_are_found_by_override_then_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tool = tmp_path / "bin" / "ncu"
+    tool.parent.mkdir()
+    tool.write_text("#!/bin/sh\n")
+    tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.delenv("KERNELLAB_NCU", raising=False)
+    monkeypatch.setenv("PATH", str(tool.parent))
+    assert nvtools.find("ncu") == tool
+    monkeypatch.setenv("KERNELLAB_NCU", str(tmp_path / "missing"))
+    assert nvtools.find("ncu") is None  # a wrong override is not silently replaced by another ncu
+    monkeypatch.setenv("KERNELLAB_NCU", str(tool))
+    assert nvtools.find("ncu") == tool
+    assert nvtools.install_folder(tool) == tool.parent
+
+
+def test_a_container_gets_the_hosts_nsight_compute_read_only_and_no_extra_privilege(tmp_path: Path) -> None:
+    from fake_engine import fake, image
+    from kernellab import containers
+
+    ncu_dir = tmp_path / "nsight-compute" / "2025.3.1"
+    argv = containers.run_argv("img:1", ["python", "-m", "kernellab.profile"], user=(1000, 1000), repo=tmp_path,
+                               cache=tmp_path, mounts=[f"{ncu_dir}:{nvtools.HOST_NCU}:ro"],
+                               engine=fake("docker", {"img:1": image()}))
+    assert f"{ncu_dir}:/opt/kernellab/host-nsight-compute:ro" in argv
+    assert argv[argv.index("--user") + 1] == "1000:1000"
+    assert "--privileged" not in argv and not any(a.startswith("--cap-add") for a in argv)
+    assert f"{nvtools.HOST_NCU}/ncu" in nvtools._FOLDERS["ncu"]  # found there when the image has none

@@ -1,0 +1,94 @@
+"""invoke profile and invoke sanitize for real on a GPU: Nsight Compute reports for the ops and their
+baselines, the planted bugs (tests/planted/) caught, the shipped ops clean. Run natively and, on the GPU
+machine, in the gpuhost container as UID 1000 (.ci/gpu-host.sh). Each test starts the tools as the task
+does (`python -m kernellab.profile` / `kernellab.sanitize`) and reads what they wrote."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernellab import ROOT, nvtools
+from kernellab.opspec import discover
+
+pytestmark = [pytest.mark.gpu, pytest.mark.slow]
+PLANTED = Path(__file__).parent / "planted"
+
+
+def kernellab(*argv: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run([sys.executable, "-m", *argv], cwd=ROOT, capture_output=True, text=True, env=env,
+                          timeout=900)
+
+
+@pytest.fixture(autouse=True)
+def tools() -> None:
+    for tool in ("ncu", "compute-sanitizer"):
+        if nvtools.find(tool) is None:
+            pytest.fail(f"{tool} is not installed here; the GPU machine and its gpuhost image have it")
+
+
+@pytest.mark.parametrize("op", ["softmax", "matmul", "attention", "softmax_triton"])
+def test_profile_reports_the_candidate_and_every_baseline(op: str, tmp_path: Path) -> None:
+    result = kernellab("kernellab.profile", "-k", op, "--out", str(tmp_path))
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    folder = tmp_path / "profile"
+    doc = json.loads((folder / "profile.json").read_text())
+    spec = next(s for s in discover() if s.name == op)
+    assert set(doc["impls"]) == set(spec.candidates) | set(spec.baselines)
+    assert doc["ncu"]["clock_control"] == "base" and doc["ncu"]["cache_control"] == "all"
+    for impl, info in doc["impls"].items():
+        assert (folder / info["report"]).stat().st_size > 0
+        assert info["kernels"], f"{impl}: no kernel profiled"
+        for k in info["kernels"]:
+            assert k["duration_ns"] > 0 and k["registers"] > 0 and k["limiter"] in ("memory", "compute", "latency")
+            assert 0 < k["sm_pct"] <= 100 and 0 < k["occupancy_achieved_pct"] <= 100
+    assert "| impl | kernel |" in (folder / "summary.md").read_text()
+    assert not (tmp_path / "profile.partial").exists()
+
+
+def test_a_kernel_filter_that_matches_nothing_is_one_sentence_and_leaves_no_report(tmp_path: Path) -> None:
+    result = kernellab("kernellab.profile", "-k", "softmax", "--impl", "kernellab", "--kernel", "no_such_kernel",
+                       "--out", str(tmp_path))
+    assert result.returncode != 0
+    assert result.stderr.strip().startswith("kernellab: --kernel 'no_such_kernel' matches no kernel")
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "profile").exists() and not (tmp_path / "profile.partial").exists()
+
+
+def test_trace_writes_a_chrome_trace_per_implementation(tmp_path: Path) -> None:
+    result = kernellab("kernellab.profile", "-k", "vector_add", "--trace", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr[-2000:]
+    doc = json.loads((tmp_path / "profile" / "profile.json").read_text())
+    for info in doc["impls"].values():
+        trace = json.loads((tmp_path / "profile" / info["trace"]).read_text())
+        assert any(e.get("cat") == "kernel" for e in trace["traceEvents"]), "no GPU kernel in the trace"
+
+
+def test_sanitize_catches_the_out_of_bounds_write() -> None:
+    result = kernellab("kernellab.sanitize", "-k", "oob_write", "--kernels", str(PLANTED), "--tool", "memcheck")
+    assert result.returncode == 1, result.stdout
+    assert "Invalid __global__ write of size 4 bytes" in result.stdout
+    assert "oob_write_kernel" in result.stdout and "oob_write.cu:8" in result.stdout
+    assert "case kernellab n=1001 float32 seed=0" in result.stdout
+
+
+def test_sanitize_catches_the_shared_memory_race() -> None:
+    result = kernellab("kernellab.sanitize", "-k", "shared_race", "--kernels", str(PLANTED), "--tool", "racecheck")
+    assert result.returncode == 1, result.stdout
+    assert "Race reported between Write access" in result.stdout
+    assert "shared_race.cu:10 and shared_race.cu:12" in result.stdout
+
+
+@pytest.mark.parametrize("op", [s.name for s in discover() if s.needs_gpu])
+def test_every_shipped_op_is_clean_under_every_tool(op: str) -> None:
+    if os.environ.get("KERNELLAB_SANITIZE_OPS") and op not in os.environ["KERNELLAB_SANITIZE_OPS"].split(","):
+        pytest.skip("KERNELLAB_SANITIZE_OPS names other ops")
+    result = kernellab("kernellab.sanitize", "-k", op, "--tool", "all")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    for tool in ("memcheck", "racecheck", "initcheck", "synccheck"):
+        assert f"{tool}: clean" in result.stdout
