@@ -34,8 +34,12 @@ def profile(c: Context, k: str | None = None, shape: str | None = None, dtype: s
             out: str | None = None, native: bool = False, target: str | None = None, kernels: str | None = None,
             gpu_mode: str | None = None, engine: str | None = None) -> None:
     """Nsight Compute on the launches the benchmark times: candidate and baselines side by side."""
+    from ..profile import SETS
+
     if not k:
         raise KernellabError("name the op to profile: `invoke profile -k OP`.")
+    if set not in SETS:
+        raise KernellabError(f"unknown --set {set!r}; use one of {', '.join(SETS)}.")
     argv = ["-k", k, "--set", set, *(["--shape", shape] if shape else []), *(["--dtype", dtype] if dtype else []),
             *[a for i in impl or [] for a in ("--impl", i)], *(["--kernel", kernel] if kernel else []),
             *(["--trace"] if trace else [])]
