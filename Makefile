@@ -9,7 +9,7 @@ HOST_TORCH ?= torch==2.13.0
 TARGET ?=
 TARGET_FLAG := $(if $(TARGET),--target $(TARGET),)
 
-.PHONY: all setup engine venv image kernels bench-quick watch test test-unit test-tools lint test-podman bench-build devloop bench-transfer doctor shell devcontainer notebook render clean
+.PHONY: all setup engine venv image kernels bench-quick watch profile sanitize test test-unit test-tools lint test-podman bench-build devloop bench-transfer doctor shell devcontainer notebook render clean
 
 all: setup image kernels bench-quick  ## the main job: build the default image, test the kernels in it, quick bench
 
@@ -36,6 +36,12 @@ bench-quick: venv  ## a quick benchmark in the image; prints the summary table
 
 watch: venv  ## rebuild and check one op on every save: make watch OP=softmax [TARGET=NAME] (Ctrl-C stops)
 	$(INVOKE) watch -k "$(OP)" $(TARGET_FLAG)
+
+profile: venv  ## Nsight Compute on one op and its baselines: make profile OP=softmax [TARGET=NAME]
+	$(INVOKE) profile -k "$(OP)" $(TARGET_FLAG)
+
+sanitize: venv  ## one op's checks under every compute-sanitizer tool: make sanitize OP=softmax [TARGET=NAME]
+	$(INVOKE) sanitize -k "$(OP)" --tool all $(TARGET_FLAG)
 
 test: venv lint test-tools  ## lint, types and the test suite (unit, Docker integration, native kernels; GPU tests need a GPU)
 	$(BIN)/python -m pytest

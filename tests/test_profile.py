@@ -48,7 +48,7 @@ def test_the_h100_report_reads_back_as_one_kernel_summary() -> None:
     assert (k["occupancy_achieved_pct"], k["occupancy_theoretical_pct"]) == (pytest.approx(89.85), 100)
     assert k["registers"] == 32 and k["shared_bytes"] == 256 and k["block_size"] == 256 and k["grid_size"] == 4096
     assert k["dram_gbps"] == pytest.approx((67_122_944 + 45_023_744) / 41152)
-    assert k["limiter"] == "memory"
+    assert k["limiter"] == "memory (L2)"  # L2 83.06% beside DRAM 81.33% and L1 30.54%
     assert [s["reason"] for s in k["stalls"]] == ["long_scoreboard", "short_scoreboard", "mio_throttle"]
     assert "selected" not in {s["reason"] for s in k["stalls"]}  # issuing is not a stall
 
@@ -104,7 +104,7 @@ def test_the_summary_puts_candidate_and_baselines_side_by_side() -> None:
                      "eager": {"role": "baseline", "kernels": [dict(kernel, kernel="cunn_SoftMaxForward")]}}}
     text = profile.to_markdown(doc)
     assert "| kernellab (candidate) | `softmax_kernel` | 41.2 µs | 81.3 | 83.1 | 47.1 | 2725 | 89.8 / 100.0 % | 32 " \
-           "| 256 B | memory | long_scoreboard 12.6" in text
+           "| 256 B | memory (L2) | long_scoreboard 12.6" in text
     assert "| eager (baseline) | `cunn_SoftMaxForward` |" in text
     assert "2 kernels profiled in 30.0 s (15.0 s per kernel" in text
 

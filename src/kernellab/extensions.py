@@ -26,7 +26,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,9 +33,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from . import cache_root
+from . import cache_root, proc
 from .compilerlog import KernelResources, compiler_messages, demangle, parse_ptxas
-from .errors import ExtensionError
+from .errors import ExtensionError, KernellabError
 from .targets import vkey
 
 #: nvcc flags: -lineinfo maps SASS back to source lines (profilers, compute-sanitizer);
@@ -115,8 +114,8 @@ def cuda_flags() -> tuple[str, ...]:
 def nvcc_options(nvcc: str) -> frozenset[str]:
     """The long options this nvcc lists in its --help (empty when it cannot be run)."""
     try:
-        out = subprocess.run([nvcc, "--help"], capture_output=True, text=True, timeout=60).stdout
-    except (OSError, subprocess.SubprocessError):
+        out = proc.run([nvcc, "--help"], check=False, timeout=60).stdout
+    except KernellabError:  # not installed, or no answer within the minute
         return frozenset()
     return frozenset(re.findall(r"^(--[a-z][a-z0-9-]*)", out, re.MULTILINE))
 

@@ -29,13 +29,12 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import ROOT, nvtools
+from . import ROOT, nvtools, proc
 from .errors import ConfigError, KernellabError, ProfileError
 from .opspec import KERNELS, OpSpec, discover
 
@@ -52,6 +51,7 @@ METRICS = {
     "dram_pct": "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
     "l2_pct": "lts__throughput.avg.pct_of_peak_sustained_elapsed",
     "sm_pct": "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+    "l1_pct": "l1tex__throughput.avg.pct_of_peak_sustained_active",
     "memory_pct": "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
     "occupancy_achieved_pct": "sm__warps_active.avg.pct_of_peak_sustained_active",
     "occupancy_theoretical_pct": "sm__maximum_warps_per_active_cycle_pct",
@@ -135,8 +135,11 @@ def summarize(row: dict[str, Any]) -> dict[str, Any]:
         out["dram_gbps"] = None
     shared = [v for v in (out["shared_static_bytes"], out["shared_dynamic_bytes"]) if v is not None]
     out["shared_bytes"] = sum(shared) if shared else None
-    out["limiter"] = limiter(out["sm_pct"], max(v for v in (out["memory_pct"], out["dram_pct"], out["l2_pct"], 0.0)
-                                                 if v is not None))
+    levels = {"DRAM": out["dram_pct"], "L2": out["l2_pct"], "L1/shared": out["l1_pct"]}
+    out["limiter"] = limiter(out["sm_pct"], max(v for v in (out["memory_pct"], *levels.values(), 0.0) if v is not None))
+    if out["limiter"] == "memory" and any(v is not None for v in levels.values()):
+        busiest = max((v, name) for name, v in levels.items() if v is not None)[1]
+        out["limiter"] = f"memory ({busiest})"
     stalls = sorted(((m.group(1), v) for name, v in row.items() if isinstance(v, float) and (m := _STALL.match(name))),
                     key=lambda kv: -kv[1])
     stalls = [(reason, v) for reason, v in stalls if reason != "selected" and v > 0]  # selected: issuing, no stall
@@ -152,7 +155,7 @@ def _in_base_unit(value: float, unit: str) -> float:
 
 def limiter(sm_pct: float | None, memory_pct: float | None) -> str:
     """memory, compute or latency: which unit runs above BOUND_PCT of its peak (the higher one), else
-    latency (neither is busy: too little parallelism, or waiting)."""
+    latency (neither is busy: too little parallelism, or waiting). summarize() names the memory level."""
     sm, mem = sm_pct or 0.0, memory_pct or 0.0
     if max(sm, mem) < BOUND_PCT:
         return "latency"
@@ -326,14 +329,14 @@ def _profile_each(spec: OpSpec, root: Path, chosen: list[tuple[str, str]], chose
             continue
         assert ncu is not None
         report = partial / f"{stem}.ncu-rep"
-        result = subprocess.run(ncu_argv(ncu, report, program, set_name=set_name, kernel=kernel),
-                                capture_output=True, text=True, env=_child_env())
+        result = proc.run(ncu_argv(ncu, report, program, set_name=set_name, kernel=kernel), check=False,
+                          env=_child_env())
         if result.returncode != 0 or not report.exists():
             output = result.stdout + result.stderr
             if result.returncode == 0 and "No kernels were profiled" in output:
                 raise ProfileError(_no_kernel(impl, kernel))
             raise ProfileError(f"profiling {impl}: {explain_failure(output, result.returncode, ncu)}")
-        csv_text = subprocess.run(import_argv(ncu, report), capture_output=True, text=True, check=False).stdout
+        csv_text = proc.run(import_argv(ncu, report), check=False).stdout
         (partial / f"{stem}.csv").write_text(csv_text)  # every metric, for a spreadsheet or a later comparison
         kernels = [summarize(row) for row in parse_raw_csv(csv_text)]
         if not kernels:
@@ -360,7 +363,7 @@ def _child_env() -> dict[str, str]:
 
 
 def _run_child(argv: list[str], what: str) -> None:
-    result = subprocess.run(argv, capture_output=True, text=True, env=_child_env())
+    result = proc.run(argv, check=False, env=_child_env())
     if result.returncode != 0:
         lines = [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
         raise ProfileError(f"{what} failed: {lines[-1] if lines else f'exit code {result.returncode}'}")
@@ -368,8 +371,8 @@ def _run_child(argv: list[str], what: str) -> None:
 
 def _ncu_version(ncu: Path) -> str | None:
     try:
-        text = subprocess.run([str(ncu), "--version"], capture_output=True, text=True, timeout=60).stdout
-    except (OSError, subprocess.SubprocessError):
+        text = proc.run([str(ncu), "--version"], check=False, timeout=60).stdout
+    except KernellabError:
         return None
     m = re.search(r"Version (\S+)", text)
     return m.group(1) if m else None

@@ -20,13 +20,12 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from . import cache_root, nvtools
+from . import cache_root, nvtools, proc
 from .errors import ConfigError, KernellabError, ProfileError
 from .opspec import KERNELS, parse_spec
 
@@ -204,7 +203,7 @@ def run(root: Path, name: str, tools: Sequence[str]) -> int:
     bad = False
     for tool in tools:
         print(f"sanitize: {name} under {tool} ...", flush=True)
-        result = subprocess.run(sanitizer_argv(sanitizer, tool, program), capture_output=True, text=True, env=env)
+        result = proc.run(sanitizer_argv(sanitizer, tool, program), check=False, env=env)
         output = result.stdout + result.stderr
         log = cache_root() / "sanitize" / f"{name}-{tool}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
