@@ -60,10 +60,11 @@ def test_the_cpu_target_built_twice_from_its_lock_has_the_same_packages(cpu_twic
     assert not second.lock_changed, "the same content: the lock file is left as it was"
 
 
-def _op_record(image: str, cache: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
-    """Every op built in a container of `image` with a fresh build cache, as `python -m kernellab.ops build --record`."""
+def _op_record(image: str, cache: Path, monkeypatch: pytest.MonkeyPatch, *kernels: str) -> dict:
+    """Every op built in a container of `image` with a fresh build cache, as `python -m kernellab.ops build --record`
+    (`kernels`: "--kernels", "/workspace/DIR" for ops elsewhere in the repository)."""
     monkeypatch.setenv("KERNELLAB_CACHE", str(cache))
-    code = containers.run(image, ["python", "-m", "kernellab.ops", "build", "--record", "/cache/record.json"],
+    code = containers.run(image, ["python", "-m", "kernellab.ops", "build", "--record", "/cache/record.json", *kernels],
                           gpu=False, engine=DOCKER)
     assert code == 0
     return json.loads((cache / "record.json").read_text())
@@ -114,6 +115,13 @@ def test_cuda_12_4_from_debian_compiles_every_cuda_op_for_sm80_and_sm90(cu124_de
         assert r["sass_sha256"], op.name
     ptxas = list((tmp_path / "cache" / "torch_extensions").glob("kernellab_*/build.log"))
     assert ptxas and any("for 'sm_90'" in p.read_text() for p in ptxas), "ptxas reports are kept in the build logs"
+
+
+def test_a_candidate_that_requires_sm90a_gets_sm90a_code_instead_of_sm90(cu124_debian, tmp_path, monkeypatch):
+    # The image's arch list is 8.0;9.0: the fixture's library must hold sm_80 and sm_90a code, no plain sm_90.
+    record = _op_record(cu124_debian.tags[0], tmp_path / "cache", monkeypatch, "--kernels", "/workspace/tests/archspecific")
+    cubins = set(record["sm90a_fence"]["cubins"])
+    assert cubins == {"sm_80", "sm_90a"}, cubins
 
 
 def test_a_locked_version_the_archive_lost_is_named_and_nothing_is_tagged(cpu_twice, tmp_path):

@@ -120,6 +120,24 @@ def nvcc_options(nvcc: str) -> frozenset[str]:
     return frozenset(re.findall(r"^(--[a-z][a-z0-9-]*)", out, re.MULTILINE))
 
 
+def plain_arch_list() -> str:
+    """arch_list() without arch-specific suffixes ("9.0a" -> "9.0"): the archs of this build, whatever an
+    earlier build of an op with `requires` left in TORCH_CUDA_ARCH_LIST."""
+    return re.sub(r"(\d+\.\d+)[af]", r"\1", arch_list())
+
+
+def with_arch_specific(arch_list: str, arch_specific: Sequence[str]) -> str:
+    """A TORCH_CUDA_ARCH_LIST with each arch that one of `arch_specific` ("9.0a", "10.0f") builds on
+    replaced by that variant: "8.0;9.0+PTX" with "9.0a" is "8.0;9.0a+PTX", so that op's library holds
+    sm_90a code (which runs on compute capability 9.0 only) instead of sm_90."""
+    variants = {v[:-1]: v for v in arch_specific}
+    out = []
+    for entry in filter(None, arch_list.replace(" ", ";").split(";")):
+        base = entry.removesuffix("+PTX")
+        out.append(variants.get(base, base) + ("+PTX" if entry.endswith("+PTX") else ""))
+    return ";".join(out)
+
+
 def build_directory(name: str, sources: Sequence[Path], *, cuda: bool, include_dirs: Sequence[Path] = ()) -> Path:
     """The persistent build folder of an extension (see the module docstring for its key)."""
     import torch
@@ -147,18 +165,20 @@ def build(
     cuda: bool,
     include_dirs: Sequence[Path] = (),
     verbose: bool = False,
+    arch_specific: Sequence[str] = (),
 ) -> Build:
     """Compile (only what changed) and load an extension whose sources register ops with TORCH_LIBRARY.
 
     `name` must be a C identifier: it becomes TORCH_EXTENSION_NAME, the namespace under torch.ops.
     Sources that failed to build before and have not changed since raise the same ExtensionError
-    again, without compiling.
+    again, without compiling. `arch_specific` ("9.0a"): build those variants instead of their plain
+    arch (with_arch_specific); the caller checks that this toolkit can.
     """
     from torch.utils import cpp_extension
 
     if cuda:
         # Set, not just computed: cpp_extension reads it, and the build folder is keyed by it.
-        os.environ["TORCH_CUDA_ARCH_LIST"] = arch_list()
+        os.environ["TORCH_CUDA_ARCH_LIST"] = with_arch_specific(plain_arch_list(), arch_specific)
         os.environ["TORCH_EXTENSION_SKIP_NVCC_GEN_DEPENDENCIES"] = "1"  # headers: see forget_stale_objects
     os.environ.setdefault("MAX_JOBS", str(max_jobs()))
     directory = build_directory(name, sources, cuda=cuda, include_dirs=include_dirs)

@@ -47,11 +47,13 @@ class OpModule:
     """
 
     def __init__(self, spec: OpSpec, reference_module: ModuleType, candidates: dict[str, Callable],
-                 build: extensions.Build | None):
+                 build: extensions.Build | None, unavailable: dict[str, str] | None = None):
         self.spec = spec
         self.build = build
         self._ref = reference_module
         self.candidates = candidates
+        #: candidates left out here, and why (op.toml's `requires`: see arch_requirements)
+        self.unavailable = dict(unavailable or {})
         self.baselines: dict[str, Callable] = {}
         for name in spec.baselines:
             if name == "eager":
@@ -122,10 +124,47 @@ def build(op: OpSpec, *, verbose: bool = False) -> extensions.Build:
     """Compile what changed in a C++/CUDA op and load its library (its ops appear under torch.ops)."""
     if op.kind == "triton":
         raise ExtensionError(f"{op.name} is a Triton op: there is nothing to compile ahead of time.")
+    variants, _ = arch_requirements(op, gpu=False)
     return extensions.build(
         f"kernellab_{op.name}", [op.path / s for s in op.sources],
-        cuda=op.kind == "cuda", include_dirs=[common_dir(op)], verbose=verbose,
+        cuda=op.kind == "cuda", include_dirs=[common_dir(op)], verbose=verbose, arch_specific=variants,
     )
+
+
+def arch_requirements(op: OpSpec, *, gpu: bool = True) -> tuple[list[str], dict[str, str]]:
+    """The arch-specific variants this toolkit builds for the op (op.toml's `requires`, for the archs of
+    this build), and why each candidate that requires one cannot run here: the toolkit is too old, the
+    build's arch list lacks that arch, or (with `gpu`) this GPU is another one."""
+    if not op.requires:
+        return [], {}
+    import torch
+
+    from .targets import load
+
+    known = load().arch_specific
+    cuda = torch.version.cuda or "0"
+    try:
+        archs = {a.strip().removesuffix("+PTX") for a in extensions.plain_arch_list().replace(" ", ";").split(";")}
+    except ExtensionError:
+        archs = set()  # no arch list and no GPU: unavailable() says so first
+    capability = None
+    if gpu and torch.cuda.is_available():
+        capability = "{}.{}".format(*torch.cuda.get_device_capability())
+    variants, reasons = [], {}
+    for label, variant in op.requires.items():
+        sm, base = "sm_" + variant.replace(".", ""), variant[:-1]
+        if vkey(cuda) < vkey(known[variant]):
+            reasons[label] = f"{label} needs {sm} code, which CUDA {known[variant]} or newer builds; this is CUDA {cuda}"
+        elif base not in archs:
+            reasons[label] = (f"{label} needs {sm} code, but this build's arch list ({';'.join(sorted(archs)) or 'none'}) "
+                              f"has no {base}: use a target for GPUs of compute capability {base}")
+        else:
+            if variant not in variants:
+                variants.append(variant)
+            same = capability == base if variant.endswith("a") else (capability or "").split(".")[0] == base.split(".")[0]
+            if capability is not None and not same:
+                reasons[label] = f"{label} needs a GPU of compute capability {base} for its {sm} code; this GPU is {capability}"
+    return variants, reasons
 
 
 @dataclass(frozen=True)
@@ -138,9 +177,9 @@ class BuildOutcome:
     failed: bool = False
 
 
-def build_all(select: str | None = None, *, verbose: bool = False) -> list[BuildOutcome]:
+def build_all(select: str | None = None, *, verbose: bool = False, root: Path | None = None) -> list[BuildOutcome]:
     """Build every selected op that has something to build; one op's failure does not stop the others."""
-    specs = discover(select=select)
+    specs = discover(root, select=select)
     if not specs:
         raise ConfigError(f"no op matches -k {select!r}; the ops are the folders under kernels/ with an op.toml.")
     outcomes = []
@@ -199,7 +238,10 @@ def load(op: OpSpec, *, verbose: bool = False) -> OpModule:
         built = build(op, verbose=verbose)
         namespace = getattr(torch.ops, built.name)
     candidates = {}
+    _, unavailable = arch_requirements(op) if op.kind == "cuda" else ([], {})
     for label, fn_name in op.candidates.items():
+        if label in unavailable:
+            continue
         try:
             fn = getattr(namespace, fn_name)
         except (AttributeError, RuntimeError):
@@ -208,7 +250,7 @@ def load(op: OpSpec, *, verbose: bool = False) -> OpModule:
                 f"check op.toml's candidates against the binding's TORCH_LIBRARY block."
             ) from None
         candidates[label] = _writing_out(fn, label, reference)
-    module = OpModule(op, reference, candidates, built)
+    module = OpModule(op, reference, candidates, built, unavailable)
     _LOADED[key] = module
     return module
 
@@ -266,9 +308,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-v", "--verbose", action="store_true", help="show the compiler output")
     parser.add_argument("--record", metavar="FILE", type=Path,
                         help="also write each op's library hash, SASS hash and archs (kernellab.binaries) as JSON")
+    parser.add_argument("--kernels", type=Path, metavar="DIR", help="the kernels folder (default: kernels/)")
     args = parser.parse_args(argv)
     try:
-        outcomes = build_all(args.select, verbose=args.verbose)
+        outcomes = build_all(args.select, verbose=args.verbose, root=args.kernels)
     except (ConfigError, ExtensionError) as e:
         print(f"kernellab: {e}", file=sys.stderr)
         return e.exit_code

@@ -28,7 +28,7 @@ DEFAULT_SEEDS = [0, 1, 2]
 KERNELS = ROOT / "kernels"
 _KEYS = {
     "description", "kind", "sources", "candidates", "dtypes", "bench_dtypes", "seeds", "tolerances",
-    "bytes", "flops", "baselines", "test_shapes", "bench_shapes", "min_cuda",
+    "bytes", "flops", "baselines", "test_shapes", "bench_shapes", "min_cuda", "requires",
 }
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _EXPR_FUNCS = {"min": min, "max": max, "ceil": math.ceil, "floor": math.floor}
@@ -56,6 +56,8 @@ class OpSpec:
     sources: list[str] = field(default_factory=list)  # file names inside `path`
     #: The oldest CUDA toolkit the sources compile with, and why: `min_cuda = ["12.8", "uses X"]` in op.toml.
     min_cuda: tuple[str, str] | None = None
+    #: candidate -> the arch-specific code it needs ("9.0a"): `requires = { wgmma = "sm_90a" }` in op.toml.
+    requires: dict[str, str] = field(default_factory=dict)
 
     def __hash__(self) -> int:
         return hash((self.name, str(self.path)))
@@ -161,8 +163,9 @@ def parse_spec(path: Path) -> OpSpec:
             raise ConfigError(f'{where}: min_cuda must be ["X.Y", "what needs it"], e.g. min_cuda = ["12.8", '
                               f'"tcgen05 instructions"].')
         min_cuda = (min_cuda[0], min_cuda[1])
+    requires = _requires(data.get("requires", {}), candidates, kind, where)
     spec = OpSpec(
-        name=name, path=folder, kind=kind, description=str(data["description"]), min_cuda=min_cuda,
+        name=name, path=folder, kind=kind, description=str(data["description"]), min_cuda=min_cuda, requires=requires,
         test_shapes=test_shapes, bench_shapes=bench_shapes, dtypes=dtypes, bench_dtypes=bench_dtypes,
         seeds=seeds, tolerances=tols, bytes_expr=str(data["bytes"]), flops_expr=str(data["flops"]),
         baselines=baselines, candidates=dict(candidates), sources=sources,
@@ -176,6 +179,28 @@ def parse_spec(path: Path) -> OpSpec:
                 except Exception as e:  # any evaluation error is the formula's fault
                     raise ConfigError(f"{where}: {key} = {expr!r} fails at {shape}: {e}") from None
     return spec
+
+
+def _requires(value: Any, candidates: dict, kind: str, where: str) -> dict[str, str]:
+    """op.toml's `requires = { CANDIDATE = "sm_90a" }` as {candidate: "9.0a"}, checked against the
+    candidates and matrix.toml's [arch_specific]."""
+    if not isinstance(value, dict):
+        raise ConfigError(f'{where}: requires must be a table, e.g. requires = {{ wgmma = "sm_90a" }}.')
+    from .targets import load
+
+    known = load().arch_specific
+    out = {}
+    for label, arch in value.items():
+        if label not in candidates:
+            raise ConfigError(f"{where}: requires names {label!r}, which is not a candidate "
+                              f"({', '.join(candidates)}).")
+        m = re.fullmatch(r"sm_(\d+)(\d)([af])", str(arch))
+        variant = f"{m.group(1)}.{m.group(2)}{m.group(3)}" if m else None
+        if kind != "cuda" or variant not in known:
+            names = ", ".join("sm_" + v.replace(".", "") for v in known)
+            raise ConfigError(f"{where}: requires {label} = {arch!r}: a CUDA op's candidate can require one of {names}.")
+        out[label] = variant
+    return out
 
 
 def _default_sources(folder: Path, kind: str) -> list[str]:

@@ -275,6 +275,12 @@ def run(root: Path, name: str, *, shape: str | None = None, dtype: str | None = 
     if chosen_dtype not in spec.dtypes:
         raise ConfigError(f"--dtype {chosen_dtype}: {spec.name} supports {', '.join(spec.dtypes)}.")
     chosen = choose_impls(spec, impls)
+    from .ops import arch_requirements
+
+    _, unavailable = arch_requirements(spec) if spec.kind == "cuda" else ([], {})
+    for impl, _role in chosen:
+        if impl in unavailable:
+            raise ProfileError(f"cannot profile {unavailable[impl]}.")
     if set_name not in SETS:
         raise ConfigError(f"unknown --set {set_name!r}; use one of {', '.join(SETS)}.")
     if kernel:

@@ -5,6 +5,7 @@ This is the only module that reads those files; everything else gets typed recor
 from __future__ import annotations
 
 import functools
+import re
 import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -221,6 +222,8 @@ class Matrix:
     targets: dict[str, Target]
     extras: dict[str, Extra] = field(default_factory=dict)
     debian: DebianArchive = DebianArchive()
+    #: arch-specific and family variants ("9.0a", "10.0f") -> the oldest CUDA that builds them
+    arch_specific: dict[str, str] = field(default_factory=dict)
 
     def gpu(self, name: str) -> Gpu | None:
         n = name.strip().lower()
@@ -307,10 +310,15 @@ def load(docker_dir: Path = DOCKER_DIR) -> Matrix:
         if not isinstance(pip, list) or not pip or not all(isinstance(p, str) for p in pip):
             raise ConfigError(f'[extra.{k}] pip must be a non-empty list of requirements such as pip = ["jupyterlab"].')
         extras[k] = Extra(k, str(v.get("description", "")), tuple(pip))
+    arch_specific = {}
+    for variant, min_cuda in raw.get("arch_specific", {}).items():
+        if not re.fullmatch(r"\d+\.\d+[af]", variant) or not re.fullmatch(r"\d+\.\d+", str(min_cuda)):
+            raise ConfigError(f'[arch_specific] "{variant}" = "{min_cuda}": want "X.Ya" or "X.Yf" = "CUDA X.Y".')
+        arch_specific[variant] = str(min_cuda)
     targets = {name: parse_target(name, t) for name, t in _read(docker_dir / "targets.toml").get("target", {}).items()}
     return Matrix(
         gpus=gpus, cuda=cuda, torch=torch, llvm=llvm, os=oses,
         torch_index=raw.get("index", {}).get("torch", ""),
         image_pip=tuple(image.get("pip", [])), image_apt=tuple(image.get("apt", [])),
-        targets=targets, extras=extras, debian=archive,
+        targets=targets, extras=extras, debian=archive, arch_specific=arch_specific,
     )

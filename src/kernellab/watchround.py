@@ -75,13 +75,17 @@ def run_round(root: Path, name: str, trigger: Trigger, *, bench: bool = False) -
     result.build = _build_note(module, time.perf_counter() - t0)
     phase("build")
 
+    for reason in module.unavailable.values():
+        result.build += f"; {reason}"
     for label, shape, dtype, seed in checks.cases(spec):
+        if label in module.unavailable:
+            continue
         try:
             failure = checks.match_reference(spec, module, label, shape, dtype, seed)
         except Exception as e:  # make_inputs or the reference itself fails
             failure = f"the check raised {type(e).__name__}: {_first_line(e)}"
         result.cases.append(CaseResult(label, shape, dtype, seed, failure))
-    for label in spec.candidates:
+    for label in (c for c in spec.candidates if c not in module.unavailable):
         for mistake in checks.BAD_INPUTS:
             result.args.append(ArgResult(label, mistake, _guarded(checks.rejects_bad_input, spec, module, label, mistake)))
         result.args.append(ArgResult(label, "shapes", _guarded(checks.rejects_bad_shapes, spec, module, label)))

@@ -152,6 +152,8 @@ def bench_case(spec: Any, module: Any, shape: dict[str, int], dtype: str, ctx: C
     # The same (atol, rtol) as tests/test_kernels.py: the op's [tolerances], else kernellab.tolerances.
     atol, rtol = tolerances.for_dtype(dtype, spec.tolerances)
     rows: dict[str, dict[str, Any]] = {}
+    for name, reason in getattr(module, "unavailable", {}).items():  # op.toml's `requires`, not met here
+        rows[name] = _row(spec, shape, dtype, name, "candidate", "skipped", reason)
     fns: dict[str, timing.Fn] = {}
     for name, role, fn in impls:
         t0 = time.perf_counter()
