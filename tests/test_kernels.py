@@ -67,6 +67,22 @@ def test_rejects_bad_shapes(op: ops.OpSpec, label: str) -> None:
     assert failure is None, f"{op.name}/{label}: {failure}"
 
 
+@pytest.mark.parametrize("op", [pytest.param(op, marks=_marks(op), id=op.name) for op in OPS if op.requires])
+def test_arch_specific_code_is_in_the_library(op: ops.OpSpec) -> None:
+    """A library whose candidates require sm_90a (op.toml's `requires`) holds that code wherever the build
+    could make it; a build that silently dropped the `a` would run the wrong code or none."""
+    from kernellab import binaries
+
+    module = _loaded(op)
+    variants, _ = ops.arch_requirements(op, gpu=False)
+    assert module.build is not None
+    cubins = binaries.fingerprint(module.build.library).cubins
+    if not cubins:
+        pytest.skip("no cuobjdump here to list the library's code")
+    for variant in variants:
+        assert "sm_" + variant.replace(".", "") in cubins, f"{op.name}: {cubins}"
+
+
 def test_every_op_is_tested() -> None:
     assert OPS or os.environ.get("KERNELLAB_OPS"), "no ops discovered under kernels/"
     assert any(not op.needs_gpu for op in ops.discover()), "an op without a GPU keeps this suite meaningful on CPU CI"
