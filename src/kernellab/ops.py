@@ -217,7 +217,22 @@ def build_table(outcomes: list[BuildOutcome]) -> str:
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [header, *rows]]
     errors = [f"\n{o.op.name}: {o.note}" for o in outcomes if o.failed]
-    return "\n".join(lines) + "".join(errors)
+    return "\n".join(lines) + "".join(errors) + _code_lines(outcomes)
+
+
+def _code_lines(outcomes: list[BuildOutcome]) -> str:
+    """Which GPU code each built library holds (cuobjdump --list-elf / --list-ptx), when cuobjdump is here."""
+    from . import binaries
+
+    lines = []
+    for o in outcomes:
+        if o.build is None or o.op.kind != "cuda":
+            continue
+        f = binaries.fingerprint(o.build.library)
+        if f.cubins or f.ptx:
+            ptx = f"; PTX {' '.join(f.ptx)}" if f.ptx else ""
+            lines.append(f"  {o.op.name}: SASS {' '.join(f.cubins) or 'none'}{ptx}")
+    return "\n\ncode in each library (cuobjdump):\n" + "\n".join(lines) if lines else ""
 
 
 _LOADED: dict[tuple[str, str], OpModule] = {}
