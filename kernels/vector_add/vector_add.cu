@@ -1,12 +1,10 @@
-// c = a + b. Memory-bound: 16-byte loads and stores, a grid-stride loop over a grid sized to fill
-// the GPU, and four independent loads per operand in flight before the first add.
+// c = a + b. Memory-bound: 16-byte loads and stores, one per thread, over a grid that covers them all.
 #include "kernellab.cuh"
 #include "vector_add.h"
 
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kUnroll = 4;
 
 template <typename T, int N>
 __device__ __forceinline__ kl::Pack<T, N> add(const kl::Pack<T, N>& x, const kl::Pack<T, N>& y) {
@@ -16,31 +14,22 @@ __device__ __forceinline__ kl::Pack<T, N> add(const kl::Pack<T, N>& x, const kl:
   return z;
 }
 
-// N elements per access: 16 bytes when the pointers allow it, else 1.
+// N elements per access: 16 bytes when the pointers allow it, else 1. One access per thread and a
+// grid that covers every one: on the H100 that beat a grid-stride loop over 8 blocks per SM with four
+// accesses in flight per thread (fp32, 2^24 elements: 93.0% of a 1 GiB copy's bandwidth against
+// 89.5%; 2^28: 101.6% against 95.6%; fp16 2^24: 85.9% against 84.5%; one run, same L2 flush as the
+// bench): every load is issued at once instead of in rounds.
 template <typename T, int N>
 __global__ void __launch_bounds__(kThreads) vector_add_kernel(const T* __restrict__ a, const T* __restrict__ b,
                                                               T* __restrict__ c, int64_t n) {
   using P = kl::Pack<T, N>;
-  const P* pa = reinterpret_cast<const P*>(a);
-  const P* pb = reinterpret_cast<const P*>(b);
-  P* pc = reinterpret_cast<P*>(c);
   const int64_t packs = n / N;
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  const int64_t first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  int64_t i = first;
-  for (; i + (kUnroll - 1) * stride < packs; i += kUnroll * stride) {
-    P x[kUnroll], y[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      x[u] = pa[i + u * stride];
-      y[u] = pb[i + u * stride];
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) pc[i + u * stride] = add(x[u], y[u]);
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < packs) {
+    reinterpret_cast<P*>(c)[i] = add(reinterpret_cast<const P*>(a)[i], reinterpret_cast<const P*>(b)[i]);
   }
-  for (; i < packs; i += stride) pc[i] = add(pa[i], pb[i]);
-  // The last n % N elements, one per thread.
-  const int64_t tail = packs * N + first;
+  // The last n % N (< N <= 8) elements, one per thread of the first block.
+  const int64_t tail = packs * N + i;
   if (tail < n) c[tail] = kl::from_float<T>(kl::to_float(a[tail]) + kl::to_float(b[tail]));
 }
 
@@ -50,13 +39,12 @@ cudaError_t launch(const T* a, const T* b, T* c, int64_t n, cudaStream_t stream)
   constexpr int V = kl::kPack16<T>;
   const bool vectorized = kl::aligned16(a) && kl::aligned16(b) && kl::aligned16(c);
   const int64_t packs = vectorized ? n / V : n;
-  // Enough blocks to fill every SM (8 x 256 threads each), no more: the loop covers the rest.
-  const int64_t wanted = (packs + kThreads - 1) / kThreads;
-  const int blocks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(wanted, 8LL * kl::sm_count())));
+  const int64_t blocks = std::max<int64_t>(1, (packs + kThreads - 1) / kThreads);
+  if (blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;  // 2^31 blocks of 256: far beyond any GPU's memory
   if (vectorized) {
-    vector_add_kernel<T, V><<<blocks, kThreads, 0, stream>>>(a, b, c, n);
+    vector_add_kernel<T, V><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(a, b, c, n);
   } else {
-    vector_add_kernel<T, 1><<<blocks, kThreads, 0, stream>>>(a, b, c, n);
+    vector_add_kernel<T, 1><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(a, b, c, n);
   }
   return cudaGetLastError();
 }
