@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime as dt
-import io
 import json
 import os
 import re
@@ -447,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
     except KernellabError as e:
         print(f"kernellab: {e}", file=sys.stderr)
         return e.exit_code
-    print(io.StringIO((folder / "summary.md").read_text()).read(), end="")
+    print((folder / "summary.md").read_text(), end="")
     print(f"profile: {_shown(folder)}/ (summary.md, profile.json and the reports)")
     return 0
 
