@@ -34,7 +34,7 @@ def test_second_run_waits_and_names_the_holder(tmp_path: Path) -> None:
         # The holder keeps the GPU 1.5 s after saying "held": getting it much sooner means no wait.
         assert waited > 1.0, "the second run did not wait for the first"
         message = out.getvalue()
-        assert "waiting for another benchmark on GPU H100 GPU-test-uuid" in message
+        assert "waiting for another benchmark, profile or sanitize run on GPU H100 GPU-test-uuid" in message
         assert f"pid {holder.pid}" in message
     finally:
         holder.kill()

@@ -305,7 +305,8 @@ def run(root: Path, name: str, *, shape: str | None = None, dtype: str | None = 
         "impls": {},
     }
     try:
-        _profile_each(spec, root, chosen, chosen_shape, chosen_dtype, doc, partial, ncu, set_name, kernel, trace)
+        with gpu_lock(torch):  # a benchmark or sanitizer beside ncu would change what it measures
+            _profile_each(spec, root, chosen, chosen_shape, chosen_dtype, doc, partial, ncu, set_name, kernel, trace)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)  # nothing half-done left beside finished runs
         raise
@@ -350,6 +351,16 @@ def _profile_each(spec: OpSpec, root: Path, chosen: list[tuple[str, str]], chose
         doc["impls"][impl] = {"role": role, "report": report.name, "seconds": round(seconds, 2),
                               "seconds_per_kernel": round(seconds / len(kernels), 2), "kernels": kernels}
     doc["seconds"] = round(time.perf_counter() - t_all, 2)
+
+
+def gpu_lock(torch: Any) -> Any:
+    """The GPU's mutex (kernellab.bench.gpu_mutex, shared with `invoke bench`), by its UUID."""
+    from . import cache_root
+    from .bench import gpu_mutex
+
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    key = str(getattr(props, "uuid", "") or props.name)
+    return gpu_mutex.exclusive_gpu(cache_root(), key, label=f"{props.name} {key}")
 
 
 def _no_kernel(impl: str, kernel: str | None) -> str:

@@ -28,6 +28,7 @@ from typing import Sequence
 from . import cache_root, nvtools, proc
 from .errors import ConfigError, KernellabError, ProfileError
 from .opspec import KERNELS, parse_spec
+from .profile import gpu_lock
 
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 #: compute-sanitizer's exit code when it found errors (ours, so it cannot be confused with the child's).
@@ -204,6 +205,11 @@ def run(root: Path, name: str, tools: Sequence[str]) -> int:
     env = {**os.environ, "PYTORCH_NO_CUDA_MEMORY_CACHING": "1", "TMPDIR": os.environ.get("TMPDIR", "/tmp"),
            "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
     program = [sys.executable, "-m", "kernellab.sanitize", "--run", "-k", name, "--kernels", str(root)]
+    with gpu_lock(torch):  # one GPU tool at a time: the checks under a sanitizer are slow, and perturb timings
+        return _each_tool(name, tools, sanitizer, program, env)
+
+
+def _each_tool(name: str, tools: Sequence[str], sanitizer: Path, program: list[str], env: dict[str, str]) -> int:
     bad = False
     for tool in tools:
         print(f"sanitize: {name} under {tool} ...", flush=True)

@@ -1,4 +1,5 @@
-"""One benchmark per GPU at a time: a second run waits for the first and says who holds the GPU.
+"""One benchmark (or `invoke profile`, `invoke sanitize`) per GPU at a time: a second run waits for the
+first and says who holds the GPU.
 
 (Not to be confused with an image's lock, docker/locks/<target>.json: that pins packages.)
 The mutex is an flock on a file under $KERNELLAB_CACHE/locks/, a host folder that containers
@@ -38,7 +39,7 @@ def exclusive_gpu(directory: Path, key: str, *, label: str = "", out: IO[str] | 
         except BlockingIOError:
             f.seek(0)
             holder = f.read().strip() or "unknown pid"
-            print(f"waiting for another benchmark on GPU {label or key} ({holder}) to finish ...",
+            print(f"waiting for another benchmark, profile or sanitize run on GPU {label or key} ({holder}) to finish ...",
                   file=out or sys.stderr, flush=True)
             fcntl.flock(f, fcntl.LOCK_EX)
         f.seek(0)
