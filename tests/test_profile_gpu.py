@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kernellab import ROOT, nvtools
+from kernellab import ROOT, nvtools, pythonpath
 from kernellab.opspec import discover
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
@@ -20,7 +20,7 @@ PLANTED = Path(__file__).parent / "planted"
 
 
 def kernellab(*argv: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))}
+    env = {**os.environ, "PYTHONPATH": pythonpath()}
     return subprocess.run([sys.executable, "-m", *argv], cwd=ROOT, capture_output=True, text=True, env=env,
                           timeout=900)
 

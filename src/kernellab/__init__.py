@@ -14,3 +14,8 @@ def cache_root() -> Path:
     $KERNELLAB_CACHE, else ~/.cache/kernellab; in kernellab containers it is /cache, a host folder.
     """
     return Path(os.environ.get("KERNELLAB_CACHE") or Path.home() / ".cache" / "kernellab").expanduser()
+
+
+def pythonpath() -> str:
+    """PYTHONPATH for a child Python that must import this kernellab: its src/ first, then the caller's."""
+    return os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))

@@ -152,7 +152,7 @@ def gpu_mode_names() -> tuple[str, ...]:
 
 
 def run_in_target(target: str | None, argv: Sequence[str], *, gpu: bool | str = True,
-                  env: dict[str, str] | None = None, mounts: Sequence[str] = ()) -> int:
+                  mounts: Sequence[str] = ()) -> int:
     """Run argv in the image of a named target (default: this machine's), repo and caches mounted."""
     image = images.image_for_target(target)
-    return run(image, list(argv), gpu=gpu, env=env, mounts=mounts)
+    return run(image, list(argv), gpu=gpu, mounts=mounts)

@@ -33,9 +33,9 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import ROOT, nvtools, proc
+from . import ROOT, nvtools, proc, pythonpath
 from .errors import ConfigError, KernellabError, ProfileError
-from .opspec import KERNELS, OpSpec, discover
+from .opspec import KERNELS, OpSpec, parse_spec
 
 #: The NVTX range the profiled call runs in (ncu --nvtx-include "kernellab/": a push/pop range of that name).
 RANGE = "kernellab"
@@ -211,12 +211,9 @@ def launch(root: Path, name: str, impl: str, shape: dict[str, int], dtype: str, 
 
 
 def _find(root: Path, name: str) -> OpSpec:
-    from .kinds.choose import did_you_mean
+    from .watch import find_op
 
-    specs = {s.name: s for s in discover(root)}
-    if name not in specs:
-        raise ConfigError(f"no op named `{name}`{did_you_mean(name, list(specs))}; the ops are: {', '.join(specs)}.")
-    return specs[name]
+    return parse_spec(find_op(root, name) / "op.toml")
 
 
 def choose_shape(spec: OpSpec, shape: str | None) -> dict[str, int]:
@@ -290,8 +287,10 @@ def run(root: Path, name: str, *, shape: str | None = None, dtype: str | None = 
         if ncu is None:
             raise ProfileError("Nsight Compute (ncu) is not installed here: install it (or a CUDA toolkit that "
                                "ships it), set KERNELLAB_NCU to its path, or use --trace.")
+    from .bench.runner import run_name
+
     gpu = torch.cuda.get_device_name(0)
-    folder = out or ROOT / "results" / _run_name(gpu)
+    folder = out or ROOT / "results" / run_name(dt.datetime.now(dt.timezone.utc), gpu)
     partial, final = folder / "profile.partial", folder / "profile"
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
@@ -336,7 +335,7 @@ def _profile_each(spec: OpSpec, root: Path, chosen: list[tuple[str, str]], chose
         assert ncu is not None
         report = partial / f"{stem}.ncu-rep"
         result = proc.run(ncu_argv(ncu, report, program, set_name=set_name, kernel=kernel), check=False,
-                          env=_child_env())
+                          env=child_env())
         if result.returncode != 0 or not report.exists():
             output = result.stdout + result.stderr
             if result.returncode == 0 and "No kernels were profiled" in output:
@@ -370,16 +369,14 @@ def _no_kernel(impl: str, kernel: str | None) -> str:
     return f"{impl} launched no GPU kernel inside the profiled call (is it a CPU implementation?)."
 
 
-def _child_env() -> dict[str, str]:
-    env = dict(os.environ)
-    src = str(Path(__file__).resolve().parents[1])
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [src, env.get("PYTHONPATH")]))
-    env.setdefault("TMPDIR", "/tmp")
-    return env
+def child_env() -> dict[str, str]:
+    """What a profiled (or sanitized) child of this process gets beside its environment: this kernellab on
+    PYTHONPATH, and a TMPDIR (ncu needs one that exists)."""
+    return {"PYTHONPATH": pythonpath(), "TMPDIR": os.environ.get("TMPDIR", "/tmp")}
 
 
 def _run_child(argv: list[str], what: str) -> None:
-    result = proc.run(argv, check=False, env=_child_env())
+    result = proc.run(argv, check=False, env=child_env())
     if result.returncode != 0:
         lines = [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
         raise ProfileError(f"{what} failed: {lines[-1] if lines else f'exit code {result.returncode}'}")
@@ -392,11 +389,6 @@ def _ncu_version(ncu: Path) -> str | None:
         return None
     m = re.search(r"Version (\S+)", text)
     return m.group(1) if m else None
-
-
-def _run_name(gpu: str) -> str:
-    what = re.sub(r"[^a-z0-9]+", "-", gpu.lower()).strip("-")
-    return f"{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}-{what}"
 
 
 def _fmt(value: float | None, spec: str = ".1f", suffix: str = "") -> str:

@@ -18,7 +18,6 @@ tool is clean and every check passes, 1 otherwise.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -28,7 +27,7 @@ from typing import Sequence
 from . import cache_root, nvtools, proc
 from .errors import ConfigError, KernellabError, ProfileError
 from .opspec import KERNELS, parse_spec
-from .profile import gpu_lock
+from .profile import child_env, gpu_lock
 
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 #: compute-sanitizer's exit code when it found errors (ours, so it cannot be confused with the child's).
@@ -201,9 +200,7 @@ def run(root: Path, name: str, tools: Sequence[str]) -> int:
     if sanitizer is None:
         raise ProfileError("compute-sanitizer is not installed here (it ships with the CUDA toolkit, in "
                            "<cuda>/bin or <cuda>/compute-sanitizer): install the toolkit, or set KERNELLAB_SANITIZER.")
-    src = str(Path(__file__).resolve().parents[1])
-    env = {**os.environ, "PYTORCH_NO_CUDA_MEMORY_CACHING": "1", "TMPDIR": os.environ.get("TMPDIR", "/tmp"),
-           "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
+    env = {**child_env(), "PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
     program = [sys.executable, "-m", "kernellab.sanitize", "--run", "-k", name, "--kernels", str(root)]
     with gpu_lock(torch):  # one GPU tool at a time: the checks under a sanitizer are slow, and perturb timings
         return _each_tool(name, tools, sanitizer, program, env)

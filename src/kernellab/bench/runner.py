@@ -61,7 +61,7 @@ def run(options: Options, *, catalog: Any = None, log: IO[str] | None = None) ->
     env, probe = describe(torch)
     gpu = env["gpu"]
     started = dt.datetime.now(dt.timezone.utc)
-    name = options.out.name if options.out else _run_name(started, gpu)
+    name = options.out.name if options.out else run_name(started, gpu["name"] if gpu else None)
     folder = options.out or ROOT / "results" / name
     cache = extensions.cache_root()
     key = (gpu or {}).get("uuid") or f"cpu-{env['host']}"
@@ -280,8 +280,9 @@ def _shapes(spec: Any, quick: bool) -> list[dict[str, int]]:
     return list(spec.bench_shapes[:1] if quick else spec.bench_shapes)
 
 
-def _run_name(started: dt.datetime, gpu: dict[str, Any] | None) -> str:
-    what = re.sub(r"[^a-z0-9]+", "-", (gpu["name"] if gpu else "cpu").lower()).strip("-")
+def run_name(started: dt.datetime, gpu: str | None) -> str:
+    """A run's folder name under results/: its start time and the GPU (`invoke profile` names its runs so too)."""
+    what = re.sub(r"[^a-z0-9]+", "-", (gpu or "cpu").lower()).strip("-")
     return f"{started.astimezone().strftime('%Y%m%d-%H%M%S')}-{what}"
 
 

@@ -2,13 +2,12 @@
 container (the image's tools, else the host's Nsight Compute mounted read-only) or natively."""
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 from invoke import Context, Exit
 
-from .. import ROOT, nvtools, proc
+from .. import ROOT, nvtools, proc, pythonpath
 from ..errors import KernellabError
 from ..opspec import KERNELS
 from . import ENGINE_HELP, GPU_MODE_HELP, configured_target, gpu_choice, task
@@ -77,8 +76,7 @@ def _run(c: Context, module: str, argv: list[str], op: str, *, out: str | None =
     find_op(root, op)  # a typo is answered here, before a container starts
     if native:
         argv += [*(["--kernels", str(root)] if kernels else []), *(["--out", str(Path(out).resolve())] if out else [])]
-        path = os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))
-        code = proc.call([sys.executable, "-m", module, *argv], cwd=ROOT, env={"PYTHONPATH": path})
+        code = proc.call([sys.executable, "-m", module, *argv], cwd=ROOT, env={"PYTHONPATH": pythonpath()})
     else:
         from .. import containers
 

@@ -1,13 +1,12 @@
 """`invoke watch`: rebuild and check one op on every save, in the target's container or natively."""
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 from invoke import Context, Exit
 
-from .. import ROOT, proc
+from .. import ROOT, proc, pythonpath
 from ..errors import KernellabError
 from ..opspec import KERNELS
 from . import ENGINE_HELP, GPU_MODE_HELP, configured_target, gpu_choice, task
@@ -34,8 +33,7 @@ def watch(c: Context, k: str | None = None, bench: bool = False, native: bool = 
     argv = ["-k", k, *(["--bench"] if bench else [])]
     if native:
         argv += ["--kernels", str(root)] if kernels else []
-        path = os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))
-        code = proc.call([sys.executable, "-m", "kernellab.watch", *argv], cwd=ROOT, env={"PYTHONPATH": path})
+        code = proc.call([sys.executable, "-m", "kernellab.watch", *argv], cwd=ROOT, env={"PYTHONPATH": pythonpath()})
         where = "the watcher"
     else:
         from .. import containers, images
