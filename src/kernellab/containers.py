@@ -12,9 +12,10 @@ import uuid
 from pathlib import Path
 from typing import Sequence
 
-from . import ROOT, cache_root, gpu, images, proc
+from . import ROOT, cache_root, gpu, proc
 from .engine import Engine, resolve_engine
 from .errors import KernellabError
+from .gpu import selected_gpus  # run()'s `gpu` argument hides the module there
 
 WORKSPACE = "/workspace"
 CACHE = "/cache"
@@ -57,6 +58,7 @@ def run_argv(
     *,
     interactive: bool = False,
     gpu_mode: str | None = None,
+    gpus: Sequence[str] | None = None,
     user: tuple[int, int] | None = None,
     repo: Path = ROOT,
     cache: Path | None = None,
@@ -70,6 +72,7 @@ def run_argv(
 ) -> list[str]:
     """The engine's `run` command line for one container (pure apart from inspecting the image).
 
+    gpus: the host GPU indices gpu_mode attaches (kernellab.gpu.selected_gpus), None for all.
     publish: "127.0.0.1:8888:8888" (host address:host port:container port). pass_env: more host
     variables passed by name only (their values never appear on the command line). mounts: more
     "host:container[:ro]" beside the repository and the cache.
@@ -81,7 +84,7 @@ def run_argv(
     # by name only: the engine reads the values from its environment, so `ps` never shows them.
     names = [k for k in sorted(os.environ)
              if k.startswith("KERNELLAB_") and k not in ("KERNELLAB_CACHE", "KERNELLAB_IMAGE_ID", "KERNELLAB_ENGINE")]
-    full_env, extra = container_env(image, gpu_mode, engine=eng)
+    full_env, extra = container_env(image, gpu_mode, gpus=gpus, engine=eng)
     full_env["KERNELLAB_IMAGE_ID"] = eng.image_id(image)
     full_env.update(env or {})
     # The host's name inside too: benchmark results record it, and compare tells machines apart by it.
@@ -92,16 +95,17 @@ def run_argv(
                         pass_env=list(dict.fromkeys([*names, *pass_env])), env=full_env, extra=extra)
 
 
-def container_env(image: str, gpu_mode: str | None, *, engine: Engine | None = None
-                  ) -> tuple[dict[str, str], list[str]]:
+def container_env(image: str, gpu_mode: str | None, *, gpus: Sequence[str] | None = None,
+                  engine: Engine | None = None) -> tuple[dict[str, str], list[str]]:
     """The environment every kernellab container gets (home and caches under /cache, PYTHONPATH, the
-    GPU's), and the engine's flags that attach the GPU in gpu_mode (none for None)."""
+    GPU's), and the engine's flags that attach the GPUs in gpu_mode (none for None): the host indices
+    gpus, or all of them for None."""
     eng = resolve_engine(engine)
     env = {"HOME": f"{CACHE}/home", "USER": os.environ.get("USER", "kernellab") or "kernellab",
            "KERNELLAB_CACHE": CACHE, "PYTHONPATH": f"{WORKSPACE}/src", "PIP_CACHE_DIR": f"{CACHE}/pip"}
     flags: list[str] = []
     if gpu_mode:
-        flags, gpu_env = gpu.container_gpu_args(eng, gpu_mode)
+        flags, gpu_env = gpu.container_gpu_args(eng, gpu_mode, gpus)
         image_env = eng.env(image)
         for k, v in gpu_env.items():
             # Library and binary paths are appended to the image's own, never replace them.
@@ -114,11 +118,14 @@ def container_env(image: str, gpu_mode: str | None, *, engine: Engine | None = N
 def run(image: str, command: Sequence[str] = (), *, gpu: bool | str = True, interactive: bool = False,
         user: tuple[int, int] | None = None, env: dict[str, str] | None = None, network: str | None = None,
         repo: Path = ROOT, publish: Sequence[str] = (), secret_env: dict[str, str] | None = None,
-        name: str | None = None, mounts: Sequence[str] = (), engine: Engine | None = None) -> int:
+        name: str | None = None, mounts: Sequence[str] = (), engine: Engine | None = None,
+        gpu_index: str | int | None = None) -> int:
     """Run command in a container of image, streaming its output; return its exit code.
 
     gpu: True = the best mode found (none if this machine has no GPU), False = no GPU,
     or a mode name ("nvidia", "cdi", "devices") to force one.
+    gpu_index: the host GPUs to attach ("1", "0,2"); None: the environment's selection (Slurm's GPUs,
+    CUDA_VISIBLE_DEVICES; kernellab.gpu.selected_gpus), else every GPU.
     publish: ports as "127.0.0.1:HOST:CONTAINER". secret_env: variables the container gets by name
     only (a token): the engine reads their values from its own environment, never from argv.
     Ctrl-C (or the client dying with exit 130) removes the container.
@@ -129,12 +136,20 @@ def run(image: str, command: Sequence[str] = (), *, gpu: bool | str = True, inte
     mode = (best_gpu_mode(eng) if gpu is True else None) if not isinstance(gpu, str) else gpu
     if isinstance(gpu, str) and gpu not in gpu_mode_names():
         raise KernellabError(f"unknown GPU mode `{gpu}`; use one of {', '.join(gpu_mode_names())}.")
+    if gpu is False and gpu_index is not None:
+        raise KernellabError(f"--gpu-index {gpu_index} picks GPUs to attach, and --gpu-mode none attaches none; "
+                             "drop one of the two.")
+    # Without --gpu-index the environment chooses, so a Slurm task (SLURM_JOB_GPUS) or a shell with
+    # CUDA_VISIBLE_DEVICES hands its container only its own GPUs, not every GPU of the node.
+    gpus = selected_gpus(gpu_index) if mode or gpu_index is not None else None
+    if gpus == []:  # CUDA_VISIBLE_DEVICES hides every GPU from this process: the container gets none either
+        mode = None
     uid, gid = user or caller_ids()
     cache = cache_root()
     prepare_cache(cache, uid, gid)
     name = name or new_name()
-    argv = run_argv(image, command, interactive=interactive, gpu_mode=mode, user=(uid, gid), cache=cache,
-                    env=env, network=network, repo=repo, name=name, publish=publish,
+    argv = run_argv(image, command, interactive=interactive, gpu_mode=mode, gpus=gpus, user=(uid, gid),
+                    cache=cache, env=env, network=network, repo=repo, name=name, publish=publish,
                     pass_env=tuple(secret_env or {}), mounts=mounts, engine=eng)
     code = proc.call(argv, env=secret_env)
     if code == 130:  # Ctrl-C: the client may be gone while the container runs on, holding the GPU
@@ -152,7 +167,11 @@ def gpu_mode_names() -> tuple[str, ...]:
 
 
 def run_in_target(target: str | None, argv: Sequence[str], *, gpu: bool | str = True,
-                  mounts: Sequence[str] = ()) -> int:
+                  mounts: Sequence[str] = (), gpu_index: str | int | None = None) -> int:
     """Run argv in the image of a named target (default: this machine's), repo and caches mounted."""
+    # Imported here: a cluster node runs containers through this module with the standard library
+    # alone (kernellab.cluster.node), and images needs jinja2.
+    from . import images
+
     image = images.image_for_target(target)
-    return run(image, list(argv), gpu=gpu, mounts=mounts)
+    return run(image, list(argv), gpu=gpu, mounts=mounts, gpu_index=gpu_index)

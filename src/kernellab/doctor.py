@@ -96,7 +96,15 @@ def _gpus(ctx: dict[str, Any]) -> Finding:
     if not gpus:
         return Finding("gpus", INFO, "no NVIDIA GPU found (no nvidia-smi or no device); the cpu target fits this machine")
     desc = "; ".join(f"{g.index}: {g.name} (cc {g.compute_capability}, {g.memory_mib} MiB)" for g in gpus)
-    return Finding("gpus", OK, f"{len(gpus)} GPU(s), driver {gpus[0].driver}: {desc}")
+    message = f"{len(gpus)} GPU(s), driver {gpus[0].driver}: {desc}"
+    source = gpu.selection_source()
+    try:
+        chosen = gpu.selected_gpus(gpus=gpus)
+    except KernellabError as e:
+        return Finding("gpus", WARN, message, f"runs here will stop: {e}")
+    if source is not None and chosen is not None:
+        message += f"; runs use {'GPU ' + ', '.join(chosen) if chosen else 'no GPU'} ({source[0]})"
+    return Finding("gpus", OK, message)
 
 
 @check("driver")

@@ -65,3 +65,11 @@ class TransferError(KernellabError):
 
 class ProfileError(KernellabError):
     """`invoke profile` or `invoke sanitize` cannot run: no tool, counters locked, nothing profiled."""
+
+
+class ClusterError(KernellabError):
+    """A cluster run cannot be planned, submitted or gathered (profile, scheduler, runtime, shared folder)."""
+
+    def __init__(self, message: str, exit_code: int = 1):
+        super().__init__(message)
+        self.exit_code = exit_code

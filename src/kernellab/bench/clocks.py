@@ -84,6 +84,7 @@ class NvmlProbe:
             "max_mem_mhz": _maybe(lambda: nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_MEM)),
             "app_sm_mhz": _maybe(lambda: nv.nvmlDeviceGetApplicationsClock(h, nv.NVML_CLOCK_SM)),
             "default_app_sm_mhz": _maybe(lambda: nv.nvmlDeviceGetDefaultApplicationsClock(h, nv.NVML_CLOCK_SM)),
+            "minor_number": _maybe(lambda: nv.nvmlDeviceGetMinorNumber(h)),
         }
 
 
@@ -120,7 +121,12 @@ class SmiProbe:
         driver, max_sm, max_mem, app, default_app = self._query(names)
         return {"source": self.source, "driver": driver, "max_sm_mhz": _number(max_sm),
                 "max_mem_mhz": _number(max_mem), "app_sm_mhz": _number(app),
-                "default_app_sm_mhz": _number(default_app)}
+                "default_app_sm_mhz": _number(default_app), "minor_number": self._minor_number()}
+
+    def _minor_number(self) -> int | None:
+        # --query-gpu has no field for it; the full report of this one GPU has "Minor Number : N".
+        r = proc.run(["nvidia-smi", "-q", "-i", self.uuid], check=False, timeout=30)
+        return minor_number(r.stdout) if r.ok else None
 
 
 def open_probe(uuid: str) -> tuple[Probe | None, str]:
@@ -211,6 +217,15 @@ def summarize_window(samples: list[ClockSample], max_sm_mhz: float | None) -> di
 def raw(samples: list[ClockSample], t0: float) -> list[dict[str, Any]]:
     """Samples as JSON-ready dicts, times relative to t0 (the run's start)."""
     return [dict(asdict(s), t=round(s.t - t0, 3)) for s in samples]
+
+
+def minor_number(report: str) -> int | None:
+    """The "Minor Number" of `nvidia-smi -q` output for one GPU (its /dev/nvidia<N>), or None."""
+    for line in report.splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() == "Minor Number" and value.strip().isdigit():
+            return int(value.strip())
+    return None
 
 
 def _nvml_uuid(uuid: str) -> str:

@@ -9,6 +9,9 @@ be compared in absolute time: a second H100 of the same model is often a few per
 faster at everything. Then each candidate is judged by its time relative to a baseline measured
 in the same run (interleaved with it, so both saw the same machine), and the report says so.
 A run made with -k is compared only over the ops it selected.
+
+A merged run (several GPU types, kernellab.bench.merge) is compared type by type with another
+merged run, or, against a plain run, through the type that ran on the plain run's GPU.
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from ..errors import BenchError
 from . import environment, results, stats
 
 REGRESSIONS = ("slower", "now failing")
@@ -40,6 +44,25 @@ class Report:
     @property
     def relative(self) -> bool:
         return bool(self.machine)
+
+
+@dataclass
+class MergedReport:
+    """One Report per GPU type that both sides have; what could not be compared, in notes."""
+
+    old_run: str
+    new_run: str
+    sections: list[tuple[str, Report]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def regressions(self) -> list[dict[str, Any]]:
+        """Every type's regressions, each row naming its `gpu_type`."""
+        return [dict(r, gpu_type=t) for t, report in self.sections for r in report.regressions]
+
+    @property
+    def environment(self) -> list[str]:
+        return [f"{t}: {line}" for t, report in self.sections for line in report.environment]
 
 
 def _key(row: dict[str, Any]) -> tuple[str, str, str, str]:
@@ -67,8 +90,15 @@ def machine_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return [f"{label}: {a} -> {b}" for label, a, b in pairs if a != b]
 
 
-def compare(old: dict[str, Any], new: dict[str, Any]) -> Report:
-    """Match rows by (op, shape, dtype, impl) and give each a verdict."""
+def compare(old: dict[str, Any], new: dict[str, Any]) -> Report | MergedReport:
+    """Match rows by (op, shape, dtype, impl) and give each a verdict (per GPU type for merged runs)."""
+    if results.is_merged(old) or results.is_merged(new):
+        return compare_merged(old, new)
+    return compare_plain(old, new)
+
+
+def compare_plain(old: dict[str, Any], new: dict[str, Any]) -> Report:
+    """Match the rows of two plain runs by (op, shape, dtype, impl) and give each a verdict."""
     report = Report(old["run"], new["run"], environment=environment.differences(old["environment"], new["environment"]),
                     machine=machine_differences(old["environment"], new["environment"]), select=new.get("select"))
     if old.get("timer") != new.get("timer"):
@@ -109,6 +139,51 @@ def compare(old: dict[str, Any], new: dict[str, Any]) -> Report:
             row.update(_verdict_fields(stats.compare_samples(a["samples_ms"], b["samples_ms"])))
         report.rows.append(row)
     return report
+
+
+def compare_merged(old: dict[str, Any], new: dict[str, Any]) -> MergedReport:
+    """Compare each GPU type both runs have; a plain run is compared with the type that ran on its GPU."""
+    notes = []
+    if results.is_merged(old) and results.is_merged(new):
+        olds, news = old["gpu_types"], new["gpu_types"]
+    elif results.is_merged(old):
+        gpu_type = matching_type(old, new)
+        olds, news = {gpu_type: old["gpu_types"][gpu_type]}, {gpu_type: new}
+        notes.append(f"{new['run']} ran on {_gpu_name(new)}: compared with {old['run']}'s {gpu_type} only.")
+    else:
+        gpu_type = matching_type(new, old)
+        olds, news = {gpu_type: old}, {gpu_type: new["gpu_types"][gpu_type]}
+        notes.append(f"{old['run']} ran on {_gpu_name(old)}: compared with {new['run']}'s {gpu_type} only.")
+    common = [t for t in news if t in olds]
+    if not common:
+        raise BenchError(f"{old['run']} ({', '.join(olds) or 'no GPU type'}) and {new['run']} "
+                         f"({', '.join(news) or 'no GPU type'}) have no GPU type in common; nothing to compare.")
+    notes += [f"{t}: only in {old['run']}, not compared." for t in olds if t not in news]
+    notes += [f"{t}: only in {new['run']}, not compared." for t in news if t not in olds]
+    # A task that left no results shows as `gone` or `new` rows; say why once, per task.
+    for doc in (old, new):
+        for t, gaps in (doc.get("missing") or {}).items() if results.is_merged(doc) else ():
+            notes += [f"{t}/{g['op']}: no results in {doc['run']} ({g['why']})." for g in gaps if t in common]
+    report = MergedReport(old["run"], new["run"], notes=notes)
+    report.sections = [(t, compare_plain(olds[t], news[t])) for t in common]
+    return report
+
+
+def matching_type(merged: dict[str, Any], plain: dict[str, Any]) -> str:
+    """The merged run's GPU type that ran on the plain run's GPU model (no GPU matches a CPU-only type)."""
+    name = (plain["environment"].get("gpu") or {}).get("name")
+    matches = [t for t, doc in merged["gpu_types"].items() if (doc["environment"].get("gpu") or {}).get("name") == name]
+    if not matches:
+        types = ", ".join(f"{t} on {_gpu_name(doc)}" for t, doc in merged["gpu_types"].items())
+        raise BenchError(f"{plain['run']} ran on {_gpu_name(plain)}, which no GPU type of the merged run "
+                         f"{merged['run']} ran on ({types or 'none'}); compare it with a run on the same GPU, "
+                         f"or give one type's folder ({merged['run']}/<gpu-type>) to compare with.")
+    # Two types on one GPU model would be one partition named twice; the first is as good as the other.
+    return matches[0]
+
+
+def _gpu_name(doc: dict[str, Any]) -> str:
+    return (doc["environment"].get("gpu") or {}).get("name") or "no GPU (CPU timing)"
 
 
 def _verdict_fields(v: stats.Verdict) -> dict[str, Any]:
@@ -175,9 +250,29 @@ def _median(row: dict[str, Any] | None) -> float | None:
     return ((row or {}).get("stats") or {}).get("median")
 
 
-def to_markdown(report: Report) -> str:
-    """A table of every row's verdict; environment differences and regressions first."""
-    out = [f"# kernellab bench compare: {report.old_run} -> {report.new_run}", ""]
+def to_markdown(report: Report | MergedReport) -> str:
+    """A table of every row's verdict; environment differences and regressions first (per GPU type if merged)."""
+    if isinstance(report, MergedReport):
+        return _merged_markdown(report)
+    return "\n".join([f"# kernellab bench compare: {report.old_run} -> {report.new_run}", "", *_body(report)]) + "\n"
+
+
+def _merged_markdown(report: MergedReport) -> str:
+    n = len(report.regressions)
+    counts = ", ".join(f"{t} {len(r.regressions)}" for t, r in report.sections)
+    out = [f"# kernellab bench compare: {report.old_run} -> {report.new_run}, per GPU type", "",
+           f"{n} significant regression{'s' if n != 1 else ''} over all GPU types ({counts})." if n
+           else f"No significant regression in any GPU type ({', '.join(t for t, _ in report.sections)}).", ""]
+    if report.notes:
+        out += [*[f"- {line}" for line in report.notes], ""]
+    for gpu_type, section in report.sections:
+        out += [f"## {gpu_type}: {section.old_run} -> {section.new_run}", "", *_body(section), ""]
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def _body(report: Report) -> list[str]:
+    """Everything of one report under its title."""
+    out: list[str] = []
     if report.environment:
         out += ["WARNING: the environments differ, so part of any change may be the machine, not the code:",
                 *[f"- {d}" for d in report.environment], ""]
@@ -204,7 +299,7 @@ def to_markdown(report: Report) -> str:
         verdict = r["verdict"] + (f" ({r['why']})" if r.get("why") else "")
         out.append(f"| {r['op']} | {r['shape']} | {r['dtype']} | {r['impl']} | {results.fmt_time(r['old_ms'])} | "
                    f"{results.fmt_time(r['new_ms'])} | {change} | {threshold} | {verdict.replace('|', '/')} |")
-    return "\n".join(out) + "\n"
+    return out
 
 
 def relative_line(report: Report) -> str:

@@ -41,12 +41,18 @@ def collect(*, gpu: dict[str, Any] | None, root: Path = ROOT, facts: Path = IMAG
 
 
 def gpu_facts(clock_facts: dict[str, Any] | None) -> dict[str, Any]:
-    """Name, UUID, compute capability, SMs, L2, memory of the current CUDA device, plus NVML facts."""
+    """Name, UUID, compute capability, SMs, L2, memory of the current CUDA device, plus NVML facts.
+
+    clock_facts are the reader's facts about the same GPU, opened by the UUID torch reports
+    (clocks.open_probe): NVML's and CUDA's numbering differ wherever a container or
+    CUDA_VISIBLE_DEVICES shows only some GPUs, so only the UUID says which GPU this is.
+    """
     import torch
 
-    index = torch.cuda.current_device()
-    p = torch.cuda.get_device_properties(index)
+    torch_index = torch.cuda.current_device()
+    p = torch.cuda.get_device_properties(torch_index)
     uuid = str(getattr(p, "uuid", "") or "") or None
+    clock_facts = dict(clock_facts or {})
     facts: dict[str, Any] = {
         "name": p.name,
         "uuid": uuid,
@@ -54,7 +60,10 @@ def gpu_facts(clock_facts: dict[str, Any] | None) -> dict[str, Any]:
         "sm_count": p.multi_processor_count,
         "l2_bytes": getattr(p, "L2_cache_size", None),
         "memory_bytes": p.total_memory,
-        "index": index,
+        # The host's number for this GPU (its /dev/nvidia<N>, nvidia-smi's index on the usual host), the
+        # same inside a container that shows it as device 0; None where no reader could say.
+        "index": clock_facts.pop("minor_number", None),
+        "torch_index": torch_index,
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
     }
     if clock_facts:

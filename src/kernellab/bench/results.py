@@ -14,6 +14,9 @@ from typing import Any
 from ..errors import BenchError
 
 SCHEMA = 1
+#: merged.json's "kind": a run merged over GPU types (kernellab.bench.merge).
+MERGED = "merged"
+MERGED_FILE = "merged.json"
 
 
 def write(folder: Path, doc: dict[str, Any]) -> list[Path]:
@@ -30,20 +33,40 @@ def write(folder: Path, doc: dict[str, Any]) -> list[Path]:
 
 
 def load(path: Path) -> dict[str, Any]:
-    """A run's results.json, given the file, its folder, or a run name under results/."""
+    """A run's results.json, given the file, its folder, or a run name under results/; or a merged run.
+
+    A merged run (a folder with merged.json, written by kernellab.bench.merge) comes back as
+    {"schema": 1, "kind": "merged", "run", "gpu_types": {type: that type's results doc}, "missing", "path"}.
+    """
     from .. import ROOT
 
-    candidates = [path, path / "results.json", ROOT / "results" / path / "results.json"]
+    candidates = [path, path / "results.json", path / MERGED_FILE,
+                  ROOT / "results" / path / "results.json", ROOT / "results" / path / MERGED_FILE]
     for candidate in candidates:
         if candidate.is_file():
             try:
                 doc = json.loads(candidate.read_text())
             except ValueError as e:
                 raise BenchError(f"{candidate} is not valid JSON ({e}); point --compare at a run's folder.") from None
+            if is_merged(doc) and isinstance(doc.get("gpu_types"), dict):
+                return _load_merged(candidate, doc)
             if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or "rows" not in doc:
                 raise BenchError(f"{candidate} is not a kernellab bench result (schema {SCHEMA}).")
             return doc
-    raise BenchError(f"no results.json at {path}; give a folder under results/ or its results.json.")
+    raise BenchError(f"no results.json at {path}; give a folder under results/ or its results.json "
+                     f"(a merged run: its folder or {MERGED_FILE}).")
+
+
+def is_merged(doc: Any) -> bool:
+    """Whether doc is a merged run (several GPU types) rather than one run's results."""
+    return isinstance(doc, dict) and doc.get("schema") == SCHEMA and doc.get("kind") == MERGED
+
+
+def _load_merged(file: Path, doc: dict[str, Any]) -> dict[str, Any]:
+    # merged.json names each type's results.json relative to itself, so a moved run still loads.
+    types = {gpu_type: load(file.parent / rel) for gpu_type, rel in doc["gpu_types"].items()}
+    return {"schema": SCHEMA, "kind": MERGED, "run": doc.get("run", file.parent.name), "gpu_types": types,
+            "missing": doc.get("missing") or {}, "path": str(file.parent)}
 
 
 # --- views ----------------------------------------------------------------------------------
@@ -177,6 +200,10 @@ def header(doc: dict[str, Any]) -> list[str]:
                  + f"candidates and baselines interleaved; stop at >= {s['min_samples']} samples and "
                    f">= {s['min_time_s']} s with stdev < {s['max_rel_stdev']:.0%} of mean or a noise plateau, "
                    f"or {s['timeout_s']} s per function{' (quick run)' if doc.get('quick') else ''}")
+    parts = doc.get("parts")
+    if parts:  # a run merged from one bench run per op (kernellab.bench.merge)
+        lines.append(f"- Merged from {len(parts)} runs, one per op: "
+                     + ", ".join(f"{p['op']} ({p.get('host') or 'unknown host'})" for p in parts))
     lines.append("- Speedup = baseline median / candidate median, 95% bootstrap interval in brackets; "
                  "% peak = share of the measured copy bandwidth or GEMM rate, whichever binds")
     return lines

@@ -19,7 +19,7 @@ from .. import engine
 from ..errors import KernellabError
 
 #: Every task module (kernellab.cli.<name>), in the order `invoke --list` shows them. A new module is added here.
-MODULES = ("images", "containers", "devenv", "doctor", "kernels", "watch", "bench", "profile", "transfer")
+MODULES = ("images", "containers", "devenv", "doctor", "kernels", "watch", "bench", "profile", "transfer", "cluster")
 
 
 #: Help for the `--engine` flag of every task that uses a container engine.

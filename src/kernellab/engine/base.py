@@ -214,19 +214,34 @@ class Engine:
     def remove_container(self, name: str) -> None:
         self._run("rm", "-f", name, check=False)
 
-    def gpu_args(self, mode: str, host_libs: dict[str, str], nodes: Sequence[str], gpus: str = "all"
-                 ) -> tuple[list[str], dict[str, str]]:
-        """Flags and environment that attach the GPUs in `mode` (see kernellab.gpu.MODES)."""
+    def gpu_args(self, mode: str, host_libs: dict[str, str], nodes: Sequence[str],
+                 gpus: Sequence[str] | None = None) -> tuple[list[str], dict[str, str]]:
+        """Flags and environment that attach the GPUs in `mode` (see kernellab.gpu.MODES): the host
+        indices gpus, or every GPU for None (in devices mode, `nodes` are already the chosen ones)."""
         if mode not in self.gpu_modes:
             raise KernellabError(f"the {self.name} engine cannot attach GPUs in mode `{mode}`; use one of "
                                  f"{', '.join(self.gpu_modes)} (`invoke doctor` shows which work here).")
+        if gpus is not None and not gpus:
+            raise ValueError("no GPU selected: run the container without a GPU mode instead")
         if mode == "nvidia":
-            return ["--gpus", gpus], {"NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
+            return ["--gpus", gpus_flag(gpus)], {"NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
         if mode == "cdi":
-            return ["--device", f"nvidia.com/gpu={gpus}"], {}
+            names = gpus if gpus is not None else ["all"]
+            return [flag for g in names for flag in ("--device", f"nvidia.com/gpu={g}")], {}
         args: list[str] = []
         for node in nodes:
             args += ["--device", node]
         for host, inside in host_libs.items():
             args += ["-v", f"{host}:{inside}:ro"]
         return args, {}
+
+
+def gpus_flag(gpus: Sequence[str] | None) -> str:
+    """The value of docker's `--gpus` for host indices gpus (None: all).
+
+    Docker reads the value as one CSV record, so `device=0,1` would be two fields; several GPUs are
+    quoted as one (`--gpus '"device=0,1"'` in a shell, the string `"device=0,1"` in an argv).
+    """
+    if gpus is None:
+        return "all"
+    return f"device={gpus[0]}" if len(gpus) == 1 else f'"device={",".join(gpus)}"'

@@ -1,0 +1,137 @@
+"""Slurm: the sbatch script of one GPU type's array, submission, task states, cancellation.
+
+Only the client commands are used (sbatch, squeue, scontrol, scancel), never slurmrestd: they are
+what every cluster's login node has. sacct is not needed (many clusters run without accounting):
+a task's state comes from squeue while it is queued or running, then from `scontrol show job`
+(for MinJobAge after it ends), and its exit code from the status file the task itself writes.
+"""
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from .. import proc
+from ..errors import ClusterError, CommandError
+from .plan import Plan
+from .profile import Profile
+
+#: States after which a task will not run again by itself.
+FINAL = {"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY",
+         "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED"}
+
+
+@dataclass(frozen=True)
+class TaskState:
+    state: str          # PENDING, RUNNING, COMPLETED, FAILED, TIMEOUT, ... (Slurm's words)
+    reason: str = ""    # squeue's reason (Resources, Priority) or the node it runs on
+    exit: str = ""      # scontrol's ExitCode=code:signal
+
+    @property
+    def final(self) -> bool:
+        return self.state in FINAL
+
+
+def array_spec(indices: Sequence[int], throttle: int = 0) -> str:
+    """--array's value: 0-3 for a full range, 1,3 for a resume, %N to throttle."""
+    ids = sorted(set(indices))
+    if not ids:
+        raise ValueError("an array needs at least one task")
+    spec = f"{ids[0]}-{ids[-1]}" if ids == list(range(ids[0], ids[-1] + 1)) and len(ids) > 1 else ",".join(map(str, ids))
+    return f"{spec}%{throttle}" if throttle else spec
+
+
+def script(profile: Profile, plan: Plan, gpu: str, indices: Sequence[int], *, src: str | None = None) -> str:
+    """The batch script of gpu's array (the tasks `indices`): options, modules, then kernellab's task runner."""
+    rundir = Path(plan.rundir)
+    opts = [f"--job-name=kl-{plan.kind}-{gpu}-{plan.run}", f"--array={array_spec(indices, profile.throttle)}",
+            f"--output={rundir}/logs/{gpu}-%a-%A.log", f"--time={profile.time}", "--ntasks=1"]
+    opts += [f"--partition={profile.partition}"] * bool(profile.partition)
+    opts += [f"--account={profile.account}"] * bool(profile.account)
+    opts += [f"--qos={profile.qos}"] * bool(profile.qos)
+    opts += profile.gpu_options(gpu)
+    lines = ["#!/bin/bash", f"# kernellab {plan.kind} run {plan.run}: GPU type {gpu}, runtime {plan.runtime}"]
+    lines += [f"#SBATCH {o}" for o in [*opts, *profile.sbatch]]
+    lines += ["set -uo pipefail"]
+    if profile.modules:
+        lines += ["module load " + " ".join(shlex.quote(m) for m in profile.modules)]
+    src = src or str(plan.workspace / "src")
+    lines += [f"export PYTHONPATH={shlex.quote(src)}",
+              f"exec {shlex.quote(profile.python)} -m kernellab.cluster.node "
+              f"{shlex.quote(str(rundir / 'plan.json'))} {shlex.quote(gpu)} \"$SLURM_ARRAY_TASK_ID\""]
+    return "\n".join(lines) + "\n"
+
+
+def reachable() -> None:
+    """Slurm answers here (sbatch is installed and the controller replies), else one sentence."""
+    if not proc.which("sbatch"):
+        raise ClusterError("Slurm's sbatch is not installed here; run this on the cluster's login node "
+                           "(or `module load slurm`).")
+    try:
+        proc.run(["sinfo", "-h", "-o", "%P"], timeout=60)
+    except (CommandError, ClusterError) as e:
+        raise ClusterError(f"Slurm does not answer here (sinfo failed: {_last(e)}); is slurmctld up and "
+                           "this machine in the cluster's slurm.conf?") from None
+
+
+def submit(path: Path) -> str:
+    """sbatch --parsable; the job ID."""
+    try:
+        r = proc.run(["sbatch", "--parsable", str(path)], timeout=120)
+    except CommandError as e:
+        raise ClusterError(f"sbatch refused {path.name}: {_last(e)}.") from None
+    job = r.stdout.strip().split(";")[0]
+    if not re.fullmatch(r"\d+", job):
+        raise ClusterError(f"sbatch answered {r.stdout.strip()!r}, not a job ID.")
+    return job
+
+
+def states(jobs: Sequence[str]) -> dict[tuple[str, int], TaskState]:
+    """The state of every task of the array jobs, keyed by (array job ID, task index)."""
+    found: dict[tuple[str, int], TaskState] = {}
+    if not jobs:
+        return found
+    q = proc.run(["squeue", "-h", "-r", "-j", ",".join(jobs), "-o", "%i|%T|%R"], check=False, timeout=60)
+    for line in q.stdout.splitlines():
+        parsed = parse_squeue(line)
+        if parsed:
+            found[parsed[0]] = parsed[1]
+    for job in jobs:
+        s = proc.run(["scontrol", "show", "job", "-o", job], check=False, timeout=60)
+        for line in s.stdout.splitlines():
+            parsed = parse_scontrol(line)
+            if parsed and parsed[0] not in found:
+                found[parsed[0]] = parsed[1]
+    return found
+
+
+def parse_squeue(line: str) -> tuple[tuple[str, int], TaskState] | None:
+    """`123_4|RUNNING|node7` -> ((123, 4), RUNNING on node7); a pending array's `123_[5-9]` is expanded by -r."""
+    parts = line.strip().split("|")
+    m = re.fullmatch(r"(\d+)_(\d+)", parts[0]) if len(parts) == 3 else None
+    if not m:
+        return None
+    return (m.group(1), int(m.group(2))), TaskState(parts[1], parts[2].strip("()"))
+
+
+def parse_scontrol(line: str) -> tuple[tuple[str, int], TaskState] | None:
+    """One `scontrol show job -o` record -> ((array job, task), state with reason and exit code)."""
+    fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+    job, task = fields.get("ArrayJobId"), fields.get("ArrayTaskId", "")
+    if not job or not task.isdigit():
+        return None
+    return (job, int(task)), TaskState(fields.get("JobState", "UNKNOWN"), fields.get("Reason", ""),
+                                      fields.get("ExitCode", ""))
+
+
+def cancel(jobs: Sequence[str]) -> None:
+    """scancel every job (all its tasks); a job already gone is not an error."""
+    if jobs:
+        proc.run(["scancel", *jobs], check=False, timeout=60)
+
+
+def _last(e: Exception) -> str:
+    lines = [line for line in str(getattr(e, "tail", "") or e).splitlines() if line.strip()]
+    return lines[-1].strip() if lines else str(e)
