@@ -47,7 +47,7 @@ test: venv lint test-tools  ## lint, types and the test suite (unit, Docker inte
 	$(BIN)/python -m pytest
 
 test-unit: venv lint  ## lint, types, and the tests that need neither an engine nor a GPU
-	$(BIN)/python -m pytest -m "not docker and not podman and not gpu"
+	$(BIN)/python -m pytest -m "not docker and not podman and not gpu and not slurm"
 
 test-tools:  ## what the devcontainer/notebook tests drive: Debian's chromium (as root), the pinned Dev Containers CLI (npm)
 	bash .ci/test-tools.sh

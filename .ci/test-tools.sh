@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Tools the integration tests drive from outside the container (`make test-tools`; `make test` runs it):
 # - Debian's chromium, headless: loads the JupyterLab page `invoke notebook` serves (tests/test_devenv_docker.py);
-# - the Dev Containers CLI (npm @devcontainers/cli, pinned here) brings up the file `invoke devcontainer` writes.
+# - the Dev Containers CLI (npm @devcontainers/cli, pinned here) brings up the file `invoke devcontainer` writes;
+# - Debian's slurm-wlm, munge, charliecloud and squashfs-tools: the one-node Slurm of tests/slurm that the cluster
+#   tests submit to (tests/test_cluster_slurm.py), with Charliecloud as one of the nodes' runtimes.
 # Idempotent, and never fatal: as root it installs missing OS packages; otherwise (or offline) it says
 # what is missing and goes on (those tests then skip, or fail where KERNELLAB_REQUIRE_DOCKER=1, as in CI).
 set -euo pipefail
@@ -12,9 +14,13 @@ PREFIX=.cache/devcontainers-cli
 need=()
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v npm >/dev/null 2>&1 || need+=(nodejs npm)
+command -v slurmctld >/dev/null 2>&1 || need+=(slurm-wlm)
+command -v munged >/dev/null 2>&1 || need+=(munge)
+command -v ch-run >/dev/null 2>&1 || need+=(charliecloud)
+command -v mksquashfs >/dev/null 2>&1 || need+=(squashfs-tools)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
-    echo "kernellab: the notebook and devcontainer tests need ${need[*]}; run \`sudo make test-tools\` once." >&2
+    echo "kernellab: the notebook, devcontainer and cluster tests need ${need[*]}; run \`sudo make test-tools\` once." >&2
   else
     echo "installing ${need[*]} from the OS archive"
     { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null; } \

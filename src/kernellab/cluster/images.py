@@ -76,10 +76,11 @@ def prepare(profile: Profile, ref: str, eng: Engine) -> Prepared:
     folder(profile).mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     with _lock(out):
-        if not out.exists():  # another submission may have made it while we waited
-            print(f"converting {ref} ({short(image_id)}) for {profile.runtime} into {out} (once per image ID) ...",
-                  flush=True)
-            CONVERTERS[profile.runtime](ref, image_id, out, eng, profile)
+        if out.exists():  # another submission made it while we waited for the lock
+            return Prepared(ref, image_id, str(out), arch_list, kind, 0.0, True)
+        print(f"converting {ref} ({short(image_id)}) for {profile.runtime} into {out} (once per image ID) ...",
+              flush=True)
+        CONVERTERS[profile.runtime](ref, image_id, out, eng, profile)
     return Prepared(ref, image_id, str(out), arch_list, kind, time.monotonic() - t0, False)
 
 

@@ -25,8 +25,12 @@ def job_manifest(plan: Plan, profile: Profile, gpu: str) -> str:
     uid, gid = caller_ids()
     shared = str(profile.shared)
     # Pod i picks its command by JOB_COMPLETION_INDEX, as array task i picks it by SLURM_ARRAY_TASK_ID.
-    cases = " ".join(f"{t.index}) exec {shlex.join(t.argv)};;" for t in tasks)
-    env = {key: value for t in tasks[:1] for key, value in t.env.items() if key != "KERNELLAB_TASK"}
+    # Variables every task shares go in the pod's env; a task's own (KERNELLAB_OPS, KERNELLAB_RESULTS,
+    # KERNELLAB_TASK) are exported in its branch, as each array task has its own in the plan.
+    env = {key: value for key, value in (tasks[0].env.items() if tasks else ())
+           if all(t.env.get(key) == value for t in tasks)}
+    cases = " ".join(f"{t.index}) " + "".join(f"export {key}={shlex.quote(value)}; " for key, value in t.env.items()
+                                              if key not in env) + f"exec {shlex.join(t.argv)};;" for t in tasks)
     name = re.sub(r"[^a-z0-9-]+", "-", f"kl-{plan.kind}-{gpu}-{plan.run}".lower())[:63].strip("-")
     selectors: dict[str, Any] = (k.get("node_selectors") or {}).get(gpu) or {}
     manifest = {

@@ -127,7 +127,7 @@ def load(path: str | os.PathLike) -> Profile:
     if not _TIME.match(time):
         raise ClusterError(f"time = {time!r} {where} is not a Slurm time limit (minutes, MM:SS, HH:MM:SS or D-HH:MM:SS).")
     throttle = data.get("throttle", 0)
-    if not isinstance(throttle, int) or throttle < 0:
+    if isinstance(throttle, bool) or not isinstance(throttle, int) or throttle < 0:  # true is an int too
         raise ClusterError(f"throttle = {throttle!r} {where} must be a whole number of tasks (0: no limit).")
     gpu_mode = _str(data, "gpu_mode", "", where)
     if gpu_mode not in ("", "nvidia", "cdi", "devices", "none"):

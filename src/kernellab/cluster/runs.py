@@ -15,7 +15,7 @@ import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Sequence
+from typing import IO, Any, NoReturn, Sequence
 
 from .. import ROOT, opspec
 from ..errors import ClusterError
@@ -88,11 +88,18 @@ def start(req: Request, profile: Profile, *, out: IO[str] | None = None, poll_s:
           f"{count} files of the repository in {plan.workspace}", file=out, flush=True)
     local = ROOT / "results" / run
     _submit(plan, profile, {g: [t.index for t in plan.tasks_of(g)] for g in gpus}, out)
-    return _finish(plan, profile, local, _follow(plan, plan.tasks, out, poll_s), out)
+    # Recorded now, so that --resume can take this run over if this process dies (a dropped SSH session).
+    record(plan, [Outcome(t, "submitted") for t in plan.tasks], local)
+    try:
+        outcomes = _follow(plan, [(t, plan.jobs[t.gpu][-1]) for t in plan.tasks], out, poll_s)
+    except Interrupted as e:
+        _interrupted(plan, profile, local, e.outcomes, e.jobs, out)
+    return _finish(plan, profile, local, outcomes, out)
 
 
 def resume(run: str, profile: Profile, *, out: IO[str] | None = None, poll_s: float | None = None) -> Path:
-    """Submit again only the tasks of an earlier run that left no results; gather and merge the whole run."""
+    """Finish an earlier run: gather tasks that ended since, follow those still queued or running, and
+    submit again only the ones that left no results; then gather and merge the whole run."""
     out = out or sys.stdout
     local = Path(run) if Path(run).is_dir() else ROOT / "results" / run
     record = local / "cluster.json"
@@ -101,23 +108,61 @@ def resume(run: str, profile: Profile, *, out: IO[str] | None = None, poll_s: fl
                            "(a folder under results/ with a cluster.json).")
     data = json.loads(record.read_text())
     plan = Plan.load(Path(data["rundir"]) / "plan.json")
-    done = {(t["gpu"], t["index"]) for t in data.get("tasks", []) if t.get("state") == "done"}
-    missing = [t for t in plan.tasks if (t.gpu, t.index) not in done]
-    if not missing:
+    outcomes = {o.task.key: o for o in _earlier(plan, data)}
+    open_ = [t for t in plan.tasks if not (t.key in outcomes and outcomes[t.key].ok)]
+    if not open_:
         print(f"nothing to resume: every task of {plan.run} has its results.", file=out)
         return local
     slurm.reachable()
-    for t in missing:
-        plan.status_file(t).unlink(missing_ok=True)
-    print(f"resuming {plan.run}: {len(missing)} task(s) left ({', '.join(t.key for t in missing)})", file=out, flush=True)
-    by_gpu: dict[str, list[int]] = {}
-    for t in missing:
-        by_gpu.setdefault(t.gpu, []).append(t.index)
-    _submit(plan, profile, by_gpu, out)
-    outcomes = {o.task.key: o for o in _earlier(plan, data)}
-    for o in _follow(plan, missing, out, poll_s):
+    latest = {g: jobs[-1] for g, jobs in plan.jobs.items() if jobs}
+    active = slurm.states(list(latest.values()))
+    follow: list[tuple[Task, str]] = []
+    again: list[Task] = []
+    for t in open_:
+        st = active.get((latest.get(t.gpu, ""), t.index))
+        if _finished_ok(plan, t):  # it ended after the submitting process had gone
+            outcomes[t.key] = _outcome(plan, t, slurm.TaskState("COMPLETED"))
+        elif st is not None and not st.final:
+            follow.append((t, latest[t.gpu]))
+        else:
+            again.append(t)
+    if follow:
+        print(f"following {len(follow)} task(s) still in Slurm ({', '.join(t.key for t, _ in follow)})", file=out)
+    if again:
+        print(f"resuming {plan.run}: {len(again)} task(s) left ({', '.join(t.key for t in again)})", file=out, flush=True)
+        for t in again:
+            plan.status_file(t).unlink(missing_ok=True)
+        by_gpu: dict[str, list[int]] = {}
+        for t in again:
+            by_gpu.setdefault(t.gpu, []).append(t.index)
+        _submit(plan, profile, by_gpu, out)
+        follow += [(t, plan.jobs[t.gpu][-1]) for t in again]
+    try:
+        followed = _follow(plan, follow, out, poll_s)
+    except Interrupted as e:
+        outcomes.update({o.task.key: o for o in e.outcomes})
+        _interrupted(plan, profile, local, [outcomes[t.key] for t in plan.tasks if t.key in outcomes], e.jobs, out)
+    for o in followed:
         outcomes[o.task.key] = o
     return _finish(plan, profile, local, [outcomes[t.key] for t in plan.tasks], out)
+
+
+def _finished_ok(plan: Plan, task: Task) -> bool:
+    path = plan.status_file(task)
+    try:
+        return bool(path.exists() and json.loads(path.read_text()).get("exit") == 0)
+    except ValueError:
+        return False
+
+
+def _interrupted(plan: Plan, profile: Profile, local: Path, outcomes: list[Outcome], jobs: list[str],
+                 out: IO[str]) -> NoReturn:
+    """After Ctrl-C: gather and merge what had ended (so --resume knows what is missing), then stop with 130."""
+    gather(plan, outcomes, local)
+    merge(plan, outcomes, local)
+    kept = sum(o.ok for o in outcomes)
+    raise ClusterError(f"interrupted: cancelled job(s) {', '.join(jobs)}; the {kept} task(s) that had finished "
+                       f"are gathered in {local}; `--resume {plan.run}` runs the rest.", exit_code=130)
 
 
 # ---------------------------------------------------------------- planning
@@ -213,12 +258,14 @@ def _submit(plan: Plan, profile: Profile, indices: dict[str, list[int]], out: IO
         raise
 
 
-def _follow(plan: Plan, tasks: Sequence[Task], out: IO[str], poll_s: float | None) -> list[Outcome]:
-    """Poll until every task has ended, printing each change of state; Ctrl-C cancels the run's jobs."""
+def _follow(plan: Plan, pairs: Sequence[tuple[Task, str]], out: IO[str], poll_s: float | None) -> list[Outcome]:
+    """Poll until every (task, its array job) has ended, printing each change of state; Ctrl-C cancels the jobs."""
     import os
 
     poll = poll_s if poll_s is not None else float(os.environ.get("KERNELLAB_POLL_S") or POLL_S)
-    jobs = {g: plan.jobs[g][-1] for g in {t.gpu for t in tasks}}
+    tasks = [t for t, _ in pairs]
+    job_of = {t.key: job for t, job in pairs}
+    jobs = {job: job for job in dict.fromkeys(job_of.values())}
     seen: dict[str, str] = {}
     last: dict[str, slurm.TaskState] = {}
     gone: dict[str, int] = {}
@@ -229,7 +276,7 @@ def _follow(plan: Plan, tasks: Sequence[Task], out: IO[str], poll_s: float | Non
             for t in tasks:
                 if t.key in ended:
                     continue
-                st = found.get((jobs[t.gpu], t.index))
+                st = found.get((job_of[t.key], t.index))
                 if st is None:  # left the queue and scontrol's memory: the status file decides
                     gone[t.key] = gone.get(t.key, 0) + 1
                     if gone[t.key] >= 2 or plan.status_file(t).exists():
@@ -248,11 +295,20 @@ def _follow(plan: Plan, tasks: Sequence[Task], out: IO[str], poll_s: float | Non
     except KeyboardInterrupt:
         slurm.cancel(list(jobs.values()))
         left = [t.key for t in tasks if t.key not in ended]
-        raise ClusterError(f"interrupted: cancelled job(s) {', '.join(jobs.values())} (scancel), which stopped "
-                           f"{len(left)} unfinished task(s) ({', '.join(left)}); results of tasks that had ended are "
-                           f"in {plan.workspace / 'results' / plan.run}; `--resume {plan.run}` runs the rest.",
-                           exit_code=130) from None
+        print(f"interrupted: cancelled job(s) {', '.join(jobs.values())} (scancel), which stopped {len(left)} "
+              f"unfinished task(s) ({', '.join(left)})", file=out, flush=True)
+        done = [_outcome(plan, t, ended[t.key]) if t.key in ended else
+                Outcome(t, "cancelled", "was cancelled (Ctrl-C)", {}, _log(plan, t)) for t in tasks]
+        raise Interrupted(done, list(jobs.values())) from None
     return [_outcome(plan, t, ended[t.key]) for t in tasks]
+
+
+class Interrupted(Exception):
+    """Ctrl-C while following: the outcomes so far (unfinished tasks cancelled) and the jobs cancelled."""
+
+    def __init__(self, outcomes: list[Outcome], jobs: list[str]):
+        super().__init__("interrupted")
+        self.outcomes, self.jobs = outcomes, jobs
 
 
 def _outcome(plan: Plan, task: Task, st: slurm.TaskState) -> Outcome:
@@ -325,12 +381,22 @@ def gather(plan: Plan, outcomes: Sequence[Outcome], local: Path) -> None:
         if o.log and Path(o.log).is_file():
             (local / "logs").mkdir(exist_ok=True)
             shutil.copy2(o.log, local / "logs" / f"{o.task.gpu}-{o.task.name}.log")
-    record = {"run": plan.run, "kind": plan.kind, "rundir": plan.rundir, "runtime": plan.runtime,
-              "image": plan.image, "jobs": plan.jobs, "select": plan.select, "argv": plan.argv,
-              "gathered": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-              "tasks": [{"gpu": o.task.gpu, "index": o.task.index, "name": o.task.name, "state": o.state,
-                         "detail": o.detail, "status": o.status, "log": o.log} for o in outcomes]}
-    (local / "cluster.json").write_text(json.dumps(record, indent=1) + "\n")
+    record(plan, outcomes, local)
+
+
+def record(plan: Plan, outcomes: Sequence[Outcome], local: Path) -> Path:
+    """results/<run>/cluster.json: the run (its shared folder, image, jobs) and each task's outcome."""
+    local.mkdir(parents=True, exist_ok=True)
+    doc = {"run": plan.run, "kind": plan.kind, "rundir": plan.rundir, "runtime": plan.runtime,
+           "image": plan.image, "jobs": plan.jobs, "select": plan.select, "argv": plan.argv,
+           "written": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+           "tasks": [{"gpu": o.task.gpu, "index": o.task.index, "name": o.task.name, "state": o.state,
+                      "detail": o.detail, "status": o.status, "log": o.log} for o in outcomes]}
+    path = local / "cluster.json"
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    tmp.replace(path)
+    return path
 
 
 def merge(plan: Plan, outcomes: Sequence[Outcome], local: Path) -> str:

@@ -58,9 +58,12 @@ def charliecloud(image: str, argv: Sequence[str], env: Mapping[str, str], worksp
 def apptainer(image: str, argv: Sequence[str], env: Mapping[str, str], workspace: Path, cache: Path,
               gpu_present: bool) -> list[str]:
     """apptainer exec: --nv brings the driver (and honours CUDA_VISIBLE_DEVICES), --cleanenv keeps the host's out."""
-    return ["apptainer", "exec", *(["--nv"] if gpu_present else []), "--cleanenv", "--no-home",
+    # Apptainer refuses HOME through --env; --home sets it (and mounts it) the supported way.
+    home = env.get("HOME", f"{CACHE}/home")
+    return ["apptainer", "exec", *(["--nv"] if gpu_present else []), "--cleanenv",
+            "--home", f"{cache / Path(home).relative_to(CACHE)}:{home}" if home.startswith(CACHE) else home,
             "--bind", f"{workspace}:{WORKSPACE},{cache}:{CACHE}", "--pwd", WORKSPACE,
-            *[f"--env={k}={v}" for k, v in env.items()], image, *argv]
+            *[f"--env={k}={v}" for k, v in env.items() if k != "HOME"], image, *argv]
 
 
 def enroot(image: str, argv: Sequence[str], workspace: Path, cache: Path) -> list[str]:

@@ -54,9 +54,9 @@ def script(profile: Profile, plan: Plan, gpu: str, indices: Sequence[int], *, sr
     opts += profile.gpu_options(gpu)
     lines = ["#!/bin/bash", f"# kernellab {plan.kind} run {plan.run}: GPU type {gpu}, runtime {plan.runtime}"]
     lines += [f"#SBATCH {o}" for o in [*opts, *profile.sbatch]]
-    lines += ["set -uo pipefail"]
-    if profile.modules:
+    if profile.modules:  # before `set -u`: some Lmod and environment-modules versions trip over unset variables
         lines += ["module load " + " ".join(shlex.quote(m) for m in profile.modules)]
+    lines += ["set -uo pipefail"]
     src = src or str(plan.workspace / "src")
     lines += [f"export PYTHONPATH={shlex.quote(src)}",
               f"exec {shlex.quote(profile.python)} -m kernellab.cluster.node "
