@@ -38,6 +38,7 @@ sbatch = ["--mem=32G", "--cpus-per-task=8"]
 gpu_mode = "cdi"
 python = "/usr/bin/python3.11"
 charliecloud_format = "squash"
+load_images = false
 
 [gpu_types]
 h100 = "--gres=gpu:h100:1 --constraint='hopper&fast'"
@@ -98,6 +99,7 @@ def test_a_full_profile_round_trips_into_its_fields(tmp_path: Path) -> None:
     assert p.modules == ["cuda/12.4", "apptainer/1.3"]
     assert p.sbatch == ["--mem=32G", "--cpus-per-task=8"]
     assert p.gpu_mode == "cdi" and p.python == "/usr/bin/python3.11" and p.charliecloud_format == "squash"
+    assert p.load_images is False
     # a string is split like a shell would (quotes kept together); a list is taken as it is
     assert p.gpu_types == {"h100": ["--gres=gpu:h100:1", "--constraint=hopper&fast"],
                            "a100": ["--gres=gpu:a100:1", "--exclude=node3"]}
@@ -352,7 +354,7 @@ def test_the_batch_script_has_every_option_and_starts_the_node_runner(tmp_path: 
     assert text.startswith("#!/bin/bash\n")
     assert _sbatch_options(text) == [
         f"--job-name=kl-submit-h100-{RUN}", "--array=0-3%2", f"--output={rundir}/logs/h100-%a-%A.log",
-        "--time=00:30:00", "--ntasks=1", "--partition=gpu", "--account=lab42", "--qos=high",
+        "--time=00:30:00", "--ntasks=1", f"--chdir={rundir}", "--partition=gpu", "--account=lab42", "--qos=high",
         "--gres=gpu:h100:1", "--constraint=hopper", "--mem=16G", "--exclusive"]
     lines = text.splitlines()
     assert "module load cuda/12.4 apptainer" in lines

@@ -68,8 +68,14 @@ def cpu_image(docker_client) -> str:
 
 
 def profile(shared: Path, runtime: str, time_limit: str = "15", name: str = "") -> Path:
+    """A profile for the test cluster. Its nodes' Python is bare: the standard library alone (python3 -S,
+    no site-packages), as on a cluster node, which has no docker SDK, jinja2 or torch of the user's."""
+    bare = shared / "bare-python3"
+    if not bare.exists():
+        bare.write_text("#!/bin/sh\nexec /usr/bin/python3 -S \"$@\"\n")
+        bare.chmod(0o755)
     path = shared / f"{name or runtime}.toml"
-    path.write_text(f'runtime = "{runtime}"\nshared = "{shared}"\ntime = "{time_limit}"\n'
+    path.write_text(f'runtime = "{runtime}"\nshared = "{shared}"\ntime = "{time_limit}"\npython = "{bare}"\n'
                     '[gpu_types]\nh100 = "--gres=gpu:h100:1"\na100 = "--gres=gpu:a100:1"\n')
     return path
 

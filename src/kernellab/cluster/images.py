@@ -70,6 +70,8 @@ def prepare(profile: Profile, ref: str, eng: Engine) -> Prepared:
     """Convert ref for the profile's runtime unless the shared folder has it for this image ID."""
     seen = inspect(ref, eng)
     image_id, arch_list, kind = seen.id, seen.arch_list, seen.kind
+    if profile.runtime in ("docker", "podman") and not profile.load_images:
+        return seen  # the profile says the nodes' engines have it; a node that lacks it says so
     out = product(profile, image_id)
     if out.exists():
         return Prepared(ref, image_id, str(out), arch_list, kind, 0.0, True)

@@ -92,6 +92,10 @@ def ensure_loaded(eng: Any, image: Mapping[str, Any]) -> None:
         return
     bundle = Path(image.get("path") or "")
     inner = next((p for p in bundle.iterdir() if (p / "manifest.json").exists()), None) if bundle.is_dir() else None
+    if not image.get("path"):
+        raise KernellabError(f"image {image.get('ref')} ({image['id'][:19]}) is not in {eng.name} on node "
+                             f"{socket.gethostname()}, and the profile says the nodes have it (load_images = false); "
+                             "load it there (`invoke import-image BUNDLE`) or set load_images = true.")
     if inner is None:
         raise KernellabError(f"image {image['id'][:19]} is not on node {socket.gethostname()} and its bundle "
                              f"{bundle} is missing; is the shared folder shared with the nodes?")

@@ -25,7 +25,7 @@ else:  # pragma: no cover - Python < 3.11
 SCHEDULERS = ("slurm", "kubernetes")
 RUNTIMES = ("docker", "podman", "charliecloud", "apptainer", "enroot", "none")
 _KEYS = {"scheduler", "runtime", "shared", "partition", "account", "qos", "time", "throttle", "modules",
-         "sbatch", "gpu_mode", "python", "gpu_types", "charliecloud_format", "kubernetes"}
+         "sbatch", "gpu_mode", "python", "gpu_types", "charliecloud_format", "kubernetes", "load_images"}
 _GPU_TYPE = re.compile(r"^[a-z][a-z0-9_-]*$")
 _TIME = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
 
@@ -49,6 +49,7 @@ class Profile:
     gpu_mode: str = ""                # docker/podman: nvidia, cdi, devices, none; "": the best the node has
     python: str = "python3"           # the nodes' Python, which runs kernellab's task runner
     charliecloud_format: str = "dir"  # dir (works unprivileged) or squash (needs FUSE)
+    load_images: bool = True          # docker/podman: ship a bundle that nodes lacking the image load; False: they have it
     kubernetes: dict[str, Any] = field(default_factory=dict)  # namespace, image, gpu_resource
 
     def gpu_options(self, gpu_type: str) -> list[str]:
@@ -135,6 +136,9 @@ def load(path: str | os.PathLike) -> Profile:
     ch_format = _str(data, "charliecloud_format", "dir", where)
     if ch_format not in ("dir", "squash"):
         raise ClusterError(f"charliecloud_format = {ch_format!r} {where}; use dir or squash.")
+    load_images = data.get("load_images", True)
+    if not isinstance(load_images, bool):
+        raise ClusterError(f"load_images = {load_images!r} {where} must be true or false.")
     kube = data.get("kubernetes", {})
     if not isinstance(kube, dict):
         raise ClusterError(f"[kubernetes] {where} must be a table.")
@@ -142,7 +146,8 @@ def load(path: str | os.PathLike) -> Profile:
                    partition=_str(data, "partition", "", where), account=_str(data, "account", "", where),
                    qos=_str(data, "qos", "", where), time=time, throttle=throttle,
                    modules=_strs(data, "modules", where), sbatch=_strs(data, "sbatch", where), gpu_mode=gpu_mode,
-                   python=_str(data, "python", "python3", where), charliecloud_format=ch_format, kubernetes=kube)
+                   python=_str(data, "python", "python3", where), charliecloud_format=ch_format, kubernetes=kube,
+                   load_images=load_images)
 
 
 def _str(data: dict[str, Any], key: str, default: str, where: str) -> str:

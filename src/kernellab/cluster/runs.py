@@ -203,8 +203,10 @@ def _image(profile: Profile, target: str | None, gpus: Sequence[str], out: IO[st
     for note in images.check_archs(images.inspect(ref, eng), list(gpus)):
         print(f"note: {note}", file=out)
     prepared = images.prepare(profile, ref, eng)
-    how = "reused" if prepared.reused else f"converted in {prepared.seconds:.1f} s"
-    print(f"image {ref} ({images.short(prepared.id)}) for {profile.runtime}: {prepared.path} ({how})", file=out, flush=True)
+    how = ("the nodes' engines have it (load_images = false)" if not prepared.path else
+           "reused" if prepared.reused else f"converted in {prepared.seconds:.1f} s")
+    print(f"image {ref} ({images.short(prepared.id)}) for {profile.runtime}: {prepared.path or ref} ({how})", file=out,
+          flush=True)
     return {"ref": prepared.ref, "id": prepared.id, "path": prepared.path, "arch_list": prepared.arch_list,
             "kind": prepared.kind, "convert_s": round(prepared.seconds, 3), "reused": prepared.reused}
 

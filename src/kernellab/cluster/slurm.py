@@ -47,7 +47,9 @@ def script(profile: Profile, plan: Plan, gpu: str, indices: Sequence[int], *, sr
     """The batch script of gpu's array (the tasks `indices`): options, modules, then kernellab's task runner."""
     rundir = Path(plan.rundir)
     opts = [f"--job-name=kl-{plan.kind}-{gpu}-{plan.run}", f"--array={array_spec(indices, profile.throttle)}",
-            f"--output={rundir}/logs/{gpu}-%a-%A.log", f"--time={profile.time}", "--ntasks=1"]
+            f"--output={rundir}/logs/{gpu}-%a-%A.log", f"--time={profile.time}", "--ntasks=1",
+            # Not the submitter's folder: a checkout's docker/ would shadow the docker SDK in the node's Python.
+            f"--chdir={rundir}"]
     opts += [f"--partition={profile.partition}"] * bool(profile.partition)
     opts += [f"--account={profile.account}"] * bool(profile.account)
     opts += [f"--qos={profile.qos}"] * bool(profile.qos)
