@@ -212,22 +212,27 @@ def test_failed_and_timed_out_tasks_are_reported_others_kept_and_resume_reruns_o
     assert len(list(folder.glob("*/*/out.txt"))) == 6
 
 
-def test_ctrl_c_cancels_the_arrays_says_what_and_resume_runs_the_rest(slurm, shared: Path, runs: list[Path],
-                                                                       tmp_path: Path) -> None:
-    prof = profile(shared, "none", name="cancel")
-    flag = tmp_path / "slow"
-    flag.touch()
+def submit_until_running(*args: str) -> tuple[subprocess.Popen, list[str]]:
+    """Start `invoke submit ARGS` in its own session; return it and its output up to a task's `running` line."""
     env = {**os.environ, "KERNELLAB_POLL_S": "1", "PYTHONUNBUFFERED": "1"}
-    p = subprocess.Popen([sys.executable, "-m", "invoke", "submit", "--profile", str(prof), "--tasks", "2", "--",
-                          f'[ -e {flag} ] && sleep 600; echo ok > "$KERNELLAB_RESULTS/out.txt"'],
-                         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         start_new_session=True)
+    p = subprocess.Popen([sys.executable, "-m", "invoke", "submit", *args], cwd=ROOT, env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     lines: list[str] = []
     assert p.stdout is not None
     for line in p.stdout:
         lines.append(line)
         if ": running" in line:
             break
+    return p, lines
+
+
+def test_ctrl_c_cancels_the_arrays_says_what_and_resume_runs_the_rest(slurm, shared: Path, runs: list[Path],
+                                                                       tmp_path: Path) -> None:
+    prof = profile(shared, "none", name="cancel")
+    flag = tmp_path / "slow"
+    flag.touch()
+    p, lines = submit_until_running("--profile", str(prof), "--tasks", "2", "--",
+                                    f'[ -e {flag} ] && sleep 600; echo ok > "$KERNELLAB_RESULTS/out.txt"')
     jobs = [line.split()[2].rstrip(":") for line in lines if line.startswith("submitted job")]
     assert len(jobs) == 2, "".join(lines)
     os.killpg(p.pid, signal.SIGINT)
@@ -280,22 +285,14 @@ def test_resume_takes_over_a_run_whose_submitting_process_died(slurm, shared: Pa
     prof = profile(shared, "none", name="takeover")
     flag = tmp_path / "hold"
     flag.touch()
-    env = {**os.environ, "KERNELLAB_POLL_S": "1", "PYTHONUNBUFFERED": "1"}
-    p = subprocess.Popen([sys.executable, "-m", "invoke", "submit", "--profile", str(prof), "--gpus", "h100", "--",
-                          f'while [ -e {flag} ]; do sleep 0.5; done; echo ok > "$KERNELLAB_RESULTS/out.txt"'],
-                         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         start_new_session=True)
-    lines: list[str] = []
-    assert p.stdout is not None
-    for line in p.stdout:
-        lines.append(line)
-        if ": running" in line:
-            break
+    p, lines = submit_until_running("--profile", str(prof), "--gpus", "h100", "--",
+                                    f'while [ -e {flag} ]; do sleep 0.5; done; echo ok > "$KERNELLAB_RESULTS/out.txt"')
     os.killpg(p.pid, signal.SIGKILL)  # the SSH session dropped: nothing gathers, the job runs on
     p.wait()
     folder = run_folder("".join(lines))
     runs.append(folder)
     assert {t["state"] for t in tasks(folder).values()} == {"submitted"}
+    env = {**os.environ, "KERNELLAB_POLL_S": "1", "PYTHONUNBUFFERED": "1"}
     resumed = subprocess.Popen([sys.executable, "-m", "invoke", "submit", "--profile", str(prof), "--resume",
                                 folder.name], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True)
