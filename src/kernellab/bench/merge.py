@@ -54,14 +54,7 @@ def merge_gpu_type(folder: Path) -> dict[str, Any]:
 def _write_type(folder: Path, parts: Sequence[Part], missing: list[dict[str, str]]) -> dict[str, Any]:
     doc = combine(f"{folder.parent.name}/{folder.name}", parts)
     doc.update(gpu_type=folder.name, missing=missing)
-    results.write(folder, doc)
-    try:
-        from . import plots
-
-        plots.write(folder, doc)
-    except ImportError as e:
-        doc["warnings"].append(f"no plots: {e.name} is not installed")
-        results.write(folder, doc)
+    results.write_with_plots(folder, doc)
     return doc
 
 

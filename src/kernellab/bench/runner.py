@@ -88,14 +88,7 @@ def run(options: Options, *, catalog: Any = None, log: IO[str] | None = None) ->
         doc["clock_samples"] = clocks.raw(monitor.samples, t0)
     doc["finished"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     doc["warnings"] = _warnings(doc, monitor.errors)
-    results.write(folder, doc)
-    try:
-        from . import plots
-
-        plots.write(folder, doc)
-    except ImportError as e:
-        doc["warnings"].append(f"no plots: {e.name} is not installed")
-        results.write(folder, doc)
+    results.write_with_plots(folder, doc)
     return doc, folder
 
 

@@ -267,14 +267,14 @@ def _follow(plan: Plan, pairs: Sequence[tuple[Task, str]], out: IO[str], poll_s:
     poll = poll_s if poll_s is not None else float(os.environ.get("KERNELLAB_POLL_S") or POLL_S)
     tasks = [t for t, _ in pairs]
     job_of = {t.key: job for t, job in pairs}
-    jobs = {job: job for job in dict.fromkeys(job_of.values())}
+    jobs = list(dict.fromkeys(job_of.values()))
     seen: dict[str, str] = {}
     last: dict[str, slurm.TaskState] = {}
     gone: dict[str, int] = {}
     ended: dict[str, slurm.TaskState] = {}
     try:
         while len(ended) < len(tasks):
-            found = slurm.states(list(jobs.values()))
+            found = slurm.states(jobs)
             for t in tasks:
                 if t.key in ended:
                     continue
@@ -295,13 +295,13 @@ def _follow(plan: Plan, pairs: Sequence[tuple[Task, str]], out: IO[str], poll_s:
             if len(ended) < len(tasks):
                 time.sleep(poll)
     except KeyboardInterrupt:
-        slurm.cancel(list(jobs.values()))
+        slurm.cancel(jobs)
         left = [t.key for t in tasks if t.key not in ended]
-        print(f"interrupted: cancelled job(s) {', '.join(jobs.values())} (scancel), which stopped {len(left)} "
+        print(f"interrupted: cancelled job(s) {', '.join(jobs)} (scancel), which stopped {len(left)} "
               f"unfinished task(s) ({', '.join(left)})", file=out, flush=True)
         done = [_outcome(plan, t, ended[t.key]) if t.key in ended else
                 Outcome(t, "cancelled", "was cancelled (Ctrl-C)", {}, _log(plan, t)) for t in tasks]
-        raise Interrupted(done, list(jobs.values())) from None
+        raise Interrupted(done, jobs) from None
     return [_outcome(plan, t, ended[t.key]) for t in tasks]
 
 
