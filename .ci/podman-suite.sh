@@ -41,6 +41,7 @@ chown -R "$user:" "$home"
 runuser -u "$user" -- env HOME="$home" USER="$user" XDG_RUNTIME_DIR= bash -c "
   set -euo pipefail
   cd '$work'
+  podman image prune -f >/dev/null  # earlier runs' dangling builds
   /usr/bin/python3 -m venv .venv
   .venv/bin/pip install -q -e .
   KERNELLAB_REQUIRE_PODMAN=1 KERNELLAB_ENGINE=podman KERNELLAB_BASE_ARCHIVE='$home/base.tar' \
