@@ -58,6 +58,15 @@ inline void check_capability(const at::Tensor& t, int major, const char* op, con
               str(have), ".x");
 }
 
+// Arch-specific code (sm_90a, ...) runs on exactly one compute capability; other archs compile its kernels empty.
+inline void check_exact_capability(const at::Tensor& t, int major, int minor, const char* op, const char* code) {
+  int have_major = 0, have_minor = 0;
+  cudaDeviceGetAttribute(&have_major, cudaDevAttrComputeCapabilityMajor, t.get_device());
+  cudaDeviceGetAttribute(&have_minor, cudaDevAttrComputeCapabilityMinor, t.get_device());
+  TORCH_CHECK(have_major == major && have_minor == minor, op, ": runs ", code, " code, which needs compute capability ",
+              str(major), ".", str(minor), " exactly; this GPU has ", str(have_major), ".", str(have_minor));
+}
+
 template <typename T>
 T* ptr(const at::Tensor& t) {
   return static_cast<T*>(t.data_ptr());

@@ -1,4 +1,4 @@
-// Binding: checks the arguments and registers both versions; the kernels live in the .cu files.
+// Binding: checks the arguments and registers the three versions; the kernels live in the .cu files.
 #include "kernellab_cuda.h"
 #include "matmul.h"
 
@@ -45,9 +45,21 @@ void matmul_tensorcore(const at::Tensor& a, const at::Tensor& b, at::Tensor& out
   }), "matmul_tensorcore");
 }
 
+void matmul_wgmma(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+  const std::array<int, 3> mnk = check("matmul_wgmma", a, b, out);
+  const int m = mnk[0], n = mnk[1], k = mnk[2];
+  const c10::cuda::CUDAGuard guard(a.device());
+  kl::check_exact_capability(a, 9, 0, "matmul_wgmma", "sm_90a (wgmma, TMA)");
+  kl::check_launch(kl::dispatch_half(a.scalar_type(), [&](auto type) {
+    using T = typename decltype(type)::type;
+    return launch_matmul_wgmma(kl::ptr<T>(a), kl::ptr<T>(b), kl::ptr<T>(out), m, n, k, kl::current_stream());
+  }), "matmul_wgmma");
+}
+
 }  // namespace
 
 KL_LIBRARY(m) {
   m.def("matmul_tiled(Tensor a, Tensor b, Tensor(a!) out) -> ()", &matmul_tiled);
   m.def("matmul_tensorcore(Tensor a, Tensor b, Tensor(a!) out) -> ()", &matmul_tensorcore);
+  m.def("matmul_wgmma(Tensor a, Tensor b, Tensor(a!) out) -> ()", &matmul_wgmma);
 }

@@ -15,3 +15,9 @@ cudaError_t launch_matmul_tensorcore(const __half* a, const __half* b, __half* c
                                      cudaStream_t stream);
 cudaError_t launch_matmul_tensorcore(const __nv_bfloat16* a, const __nv_bfloat16* b, __nv_bfloat16* c, int m, int n,
                                      int k, cudaStream_t stream);
+// Hopper (sm_90a): TMA, an mbarrier pipeline and wgmma, 128x256 tiles, one producer and two consumer
+// warpgroups. Shapes TMA cannot read (k or n not a multiple of 8, unaligned pointers) run the
+// tensor-core version instead.
+cudaError_t launch_matmul_wgmma(const __half* a, const __half* b, __half* c, int m, int n, int k, cudaStream_t stream);
+cudaError_t launch_matmul_wgmma(const __nv_bfloat16* a, const __nv_bfloat16* b, __nv_bfloat16* c, int m, int n, int k,
+                                cudaStream_t stream);

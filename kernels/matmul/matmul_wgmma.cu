@@ -1,0 +1,302 @@
+// Hopper's own matmul path (sm_90a): TMA copies 64-deep slices of A and B into 128-byte-swizzled shared
+// memory, a ring of STAGES slices guarded by mbarriers (full: the copy landed; empty: both consumers are
+// done with it), and wgmma.mma_async multiplies straight out of shared memory. Warp specialization: one
+// producer warpgroup issues the copies from a single thread and gives its registers away (setmaxnreg);
+// two consumer warpgroups each own 64 rows of the 128x256 tile, 128 fp32 accumulators per thread.
+// A (m x k, row-major) is K-major for wgmma; B (k x n, row-major) is N-major, read with imm-trans-b = 1,
+// so neither operand is transposed in memory. TMA zero-fills what lies past m, n or k, and the epilogue
+// stores only inside C, so any m, n, k whose rows are 16-byte multiples (k and n multiples of 8) runs
+// here; other shapes go to the mma.sync kernel (matmul_tensorcore.cu).
+// The instructions exist only in sm_90a code; every other arch compiles an empty kernel, which the
+// op's `requires` (op.toml) keeps from being called.
+#include "kernellab.cuh"
+#include "matmul.h"
+
+#include <cuda.h>          // CUtensorMap and its enums; the encoder comes through the runtime (no -lcuda)
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
+
+namespace {
+
+constexpr int BM = 128, BN = 256, BK = 64, STAGES = 4;
+constexpr int CONSUMERS = 2;                       // warpgroups of 128 threads, 64 rows of the tile each
+constexpr int THREADS = 128 * (1 + CONSUMERS);    // warpgroup 0 produces
+constexpr int A_STAGE = BM * BK * 2;               // bytes per stage: 16 KiB of A, 32 KiB of B
+constexpr int B_STAGE = BK * BN * 2;
+constexpr int SMEM_BYTES = STAGES * (A_STAGE + B_STAGE) + 1024;  // + room to align the ring to 1024 bytes
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+constexpr int ROW_BYTES = 128;  // a 64-element row of 16-bit values: one swizzle row
+constexpr int B_BOXES = BN / 64;  // B arrives as 64-column boxes, BK rows of 128 bytes each
+constexpr int kGroupRows = 8;   // block order: down 8 tile rows, then right (L2 reuse)
+
+__device__ __forceinline__ uint32_t shared_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void bar_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(shared_addr(bar)), "r"(count));
+}
+
+__device__ __forceinline__ void bar_expect(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(shared_addr(bar)), "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void bar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(shared_addr(bar)) : "memory");
+}
+
+__device__ __forceinline__ uint64_t now_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %globaltimer;\n" : "=l"(t));
+  return t;
+}
+
+// Waits for the phase of `bar` with this parity to complete. A phase that never completes is a bug in
+// the pipeline (a wrong byte count, a wrong parity): after 10 s the kernel traps, so it fails with a
+// launch error instead of hanging the GPU.
+__device__ __forceinline__ void bar_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 0;
+  uint64_t since = 0;
+  while (true) {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(shared_addr(bar)), "r"(parity)
+        : "memory");
+    if (done) return;
+    if (since == 0) {
+      since = now_ns();
+    } else if (now_ns() - since > 10000000000ull) {
+      __trap();
+    }
+  }
+}
+
+// One box of a 2-D tensor map (c0: the contiguous coordinate) into shared memory; the copy's bytes
+// count against `bar`'s expected transaction.
+__device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(
+          shared_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(shared_addr(bar)), "r"(c0), "r"(c1)
+      : "memory");
+}
+
+// A shared-memory matrix descriptor for a 128-byte-swizzled operand (PTX ISA, "Matrix Descriptor Format"):
+// start address, leading and stride byte offsets, all in 16-byte units; layout type 1 = 128-byte swizzle.
+__device__ __forceinline__ uint64_t descriptor(uint32_t addr, uint32_t leading, uint32_t stride) {
+  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(leading >> 4) << 16) | (uint64_t(stride >> 4) << 32) |
+         (uint64_t(1) << 62);
+}
+
+template <typename T>
+struct Wgmma;
+
+#define KL_ACC8(d, i)                                                                                   \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
+      "+f"(d[i + 7])
+#define KL_REGS128 \
+  "%0, %1, %2, %3, %4, %5, %6, %7, " \
+  "%8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, " \
+  "%24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, " \
+  "%40, %41, %42, %43, %44, %45, %46, %47, " \
+  "%48, %49, %50, %51, %52, %53, %54, %55, " \
+  "%56, %57, %58, %59, %60, %61, %62, %63, " \
+  "%64, %65, %66, %67, %68, %69, %70, %71, " \
+  "%72, %73, %74, %75, %76, %77, %78, %79, " \
+  "%80, %81, %82, %83, %84, %85, %86, %87, " \
+  "%88, %89, %90, %91, %92, %93, %94, %95, " \
+  "%96, %97, %98, %99, %100, %101, %102, %103, " \
+  "%104, %105, %106, %107, %108, %109, %110, %111, " \
+  "%112, %113, %114, %115, %116, %117, %118, %119, " \
+  "%120, %121, %122, %123, %124, %125, %126, %127"
+
+// d (64 x 256, fp32, this warpgroup's accumulators) += A (64 x 16, K-major) * B (16 x 256, N-major).
+#define KL_WGMMA(TYPE)                                                                                   \
+  __device__ __forceinline__ static void mma(float (&d)[128], uint64_t a, uint64_t b) {                 \
+    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %130, 0;\n"                                      \
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32." TYPE "." TYPE " {" KL_REGS128 "}, %128, %129, p, 1, 1, 0, 1;\n}\n" \
+                 : KL_ACC128(d)                                                                         \
+                 : "l"(a), "l"(b), "r"(1));                                                             \
+  }
+#define KL_ACC128(d) \
+      KL_ACC8(d, 0), KL_ACC8(d, 8), KL_ACC8(d, 16), KL_ACC8(d, 24), KL_ACC8(d, 32), KL_ACC8(d, 40), KL_ACC8(d, 48), KL_ACC8(d, 56), \
+      KL_ACC8(d, 64), KL_ACC8(d, 72), KL_ACC8(d, 80), KL_ACC8(d, 88), KL_ACC8(d, 96), KL_ACC8(d, 104), KL_ACC8(d, 112), KL_ACC8(d, 120)
+
+template <>
+struct Wgmma<__half> {
+  KL_WGMMA("f16")
+};
+template <>
+struct Wgmma<__nv_bfloat16> {
+  KL_WGMMA("bf16")
+};
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+
+template <typename T>
+__device__ __forceinline__ T pair(float x, float y);
+template <>
+__device__ __forceinline__ __half2 pair<__half2>(float x, float y) { return __floats2half2_rn(x, y); }
+template <>
+__device__ __forceinline__ __nv_bfloat162 pair<__nv_bfloat162>(float x, float y) { return __floats2bfloat162_rn(x, y); }
+
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+template <typename T>
+struct Pair;
+template <>
+struct Pair<__half> { using type = __half2; };
+template <>
+struct Pair<__nv_bfloat16> { using type = __nv_bfloat162; };
+
+template <typename T>
+__global__ void __launch_bounds__(THREADS, 1)
+    matmul_wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                        T* __restrict__ c, int m, int n, int k) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  __shared__ uint64_t full[STAGES], empty[STAGES];
+  // The 128-byte swizzle repeats every 1024 bytes: each stage starts on such a boundary.
+  unsigned char* ring = smem_raw + ((1024 - shared_addr(smem_raw) % 1024) % 1024);
+  unsigned char* as = ring;                     // STAGES x [BM rows][128 bytes]
+  unsigned char* bs = ring + STAGES * A_STAGE;  // STAGES x [B_BOXES][BK rows][128 bytes]
+
+  const int tiles_m = (m + BM - 1) / BM, tiles_n = (n + BN - 1) / BN;
+  const int block = blockIdx.x, per_group = kGroupRows * tiles_n;
+  const int first_row = (block / per_group) * kGroupRows;
+  const int rows_here = min(tiles_m - first_row, kGroupRows);
+  const int row0 = (first_row + (block % per_group) % rows_here) * BM;
+  const int col0 = ((block % per_group) / rows_here) * BN;
+  const int slices = (k + BK - 1) / BK;
+  const int warpgroup = threadIdx.x / 128, t = threadIdx.x % 128;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      bar_init(&full[s], 1);                    // the producer's arrive, plus the copies' bytes
+      bar_init(&empty[s], CONSUMERS * 128);     // every consumer thread, once done with the slice
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (warpgroup == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    if (t == 0) {
+      for (int i = 0; i < slices; ++i) {
+        const int s = i % STAGES;
+        if (i >= STAGES) bar_wait(&empty[s], ((i / STAGES) + 1) & 1);  // its previous slice was consumed
+        bar_expect(&full[s], A_STAGE + B_STAGE);  // whole boxes, zero-filled past the edges included
+        tma_load(as + s * A_STAGE, &map_a, &full[s], i * BK, row0);
+        for (int j = 0; j < B_BOXES; ++j)
+          tma_load(bs + s * B_STAGE + j * BK * ROW_BYTES, &map_b, &full[s], col0 + 64 * j, i * BK);
+      }
+    }
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+  const int rows = (warpgroup - 1) * 64;  // this consumer's rows of the tile
+  float d[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) d[i] = 0.f;
+  for (int i = 0; i < slices; ++i) {
+    const int s = i % STAGES;
+    bar_wait(&full[s], (i / STAGES) & 1);
+    const uint32_t a0 = shared_addr(as + s * A_STAGE + rows * ROW_BYTES);
+    const uint32_t b0 = shared_addr(bs + s * B_STAGE);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; ++kk) {
+      // A, K-major: 16 more columns are 32 bytes along the (swizzled) row; 8-row groups 1024 bytes apart.
+      // B, N-major: 16 more rows are 16 * 128 bytes on; 64-column boxes BK * 128 bytes apart (leading),
+      // 8-row groups 1024 bytes apart (stride).
+      Wgmma<T>::mma(d, descriptor(a0 + kk * 32, 16, 1024), descriptor(b0 + kk * 16 * ROW_BYTES, BK * ROW_BYTES, 1024));
+    }
+    wgmma_commit();
+    wgmma_wait_all();
+    bar_arrive(&empty[s]);
+  }
+
+  // Accumulator layout of m64nNk16: warp w holds rows 16w .. 16w + 15; for each 8-column block j, lane l
+  // holds row l / 4 (and + 8) at columns 2 (l % 4) and + 1.
+  using T2 = typename Pair<T>::type;
+  const int warp = t / 32, lane = t % 32;
+  const int r0 = row0 + rows + warp * 16 + lane / 4;
+#pragma unroll
+  for (int j = 0; j < BN / 8; ++j) {
+    const int col = col0 + j * 8 + (lane % 4) * 2;  // even, and n is a multiple of 8: col + 1 < n too
+    if (col >= n) continue;
+    if (r0 < m) *reinterpret_cast<T2*>(c + size_t(r0) * n + col) = pair<T2>(d[4 * j], d[4 * j + 1]);
+    if (r0 + 8 < m) *reinterpret_cast<T2*>(c + size_t(r0 + 8) * n + col) = pair<T2>(d[4 * j + 2], d[4 * j + 3]);
+  }
+#endif
+}
+
+template <typename T>
+constexpr CUtensorMapDataType kTmaType = CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+template <>
+constexpr CUtensorMapDataType kTmaType<__nv_bfloat16> = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+
+// cuTensorMapEncodeTiled from the driver, through the runtime: the library links no libcuda.
+PFN_cuTensorMapEncodeTiled_v12000 encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* found = nullptr;
+    cudaDriverEntryPointQueryResult result{};
+#if CUDART_VERSION >= 12050
+    const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &found, 12000, cudaEnableDefault,
+                                                           &result);
+#else
+    const cudaError_t e = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &found, cudaEnableDefault, &result);
+#endif
+    return e == cudaSuccess && result == cudaDriverEntryPointSuccess
+               ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(found)
+               : nullptr;
+  }();
+  return fn;
+}
+
+// A row-major rows x cols matrix read in boxes of box_rows x 64 columns, 128-byte swizzled.
+template <typename T>
+bool tensor_map(CUtensorMap* map, const T* base, int rows, int cols, int box_rows) {
+  const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(cols) * sizeof(T)};
+  const cuuint32_t box[2] = {64, cuuint32_t(box_rows)};
+  const cuuint32_t steps[2] = {1, 1};
+  return encoder()(map, kTmaType<T>, 2, const_cast<T*>(base), dims, strides, box, steps, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                   CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+template <typename T>
+cudaError_t launch(const T* a, const T* b, T* c, int m, int n, int k, cudaStream_t stream) {
+  if (m == 0 || n == 0) return cudaSuccess;
+  // TMA needs 16-byte aligned bases and row strides; k == 0 has nothing to load.
+  const bool tma = k > 0 && k % 8 == 0 && n % 8 == 0 && kl::aligned16(a) && kl::aligned16(b) && kl::aligned16(c);
+  if (!tma) return launch_matmul_tensorcore(a, b, c, m, n, k, stream);
+  if (encoder() == nullptr) return cudaErrorNotSupported;
+  CUtensorMap map_a, map_b;
+  if (!tensor_map(&map_a, a, m, k, BM) || !tensor_map(&map_b, b, k, n, BK)) return cudaErrorInvalidValue;
+  const cudaError_t raised =
+      cudaFuncSetAttribute(matmul_wgmma_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
+  if (raised != cudaSuccess) return raised;
+  const int blocks = ((m + BM - 1) / BM) * ((n + BN - 1) / BN);
+  matmul_wgmma_kernel<T><<<blocks, THREADS, SMEM_BYTES, stream>>>(map_a, map_b, c, m, n, k);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t launch_matmul_wgmma(const __half* a, const __half* b, __half* c, int m, int n, int k, cudaStream_t stream) {
+  return launch(a, b, c, m, n, k, stream);
+}
+cudaError_t launch_matmul_wgmma(const __nv_bfloat16* a, const __nv_bfloat16* b, __nv_bfloat16* c, int m, int n, int k,
+                                cudaStream_t stream) {
+  return launch(a, b, c, m, n, k, stream);
+}

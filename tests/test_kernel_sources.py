@@ -1,0 +1,47 @@
+"""Every CUDA op's kernels compile on a machine without a GPU or a CUDA build of torch: the `.cu` files
+include no torch headers, so the machine's own nvcc builds them with torch's nvcc defines (half
+operators off) for sm_80 and for each arch-specific variant an op requires (sm_90a for matmul's wgmma).
+This is the check CI can make of kernel code it cannot run; the GPU machine runs them (test_kernels.py).
+"""
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from kernellab import opspec
+from kernellab.extensions import CUDA_FLAGS
+
+NVCC = shutil.which("nvcc")
+pytestmark = pytest.mark.skipif(NVCC is None, reason="no nvcc on this machine")
+
+#: torch.utils.cpp_extension's COMMON_NVCC_FLAGS, which every extension build adds.
+TORCH_NVCC_DEFINES = ("-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
+                      "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__",
+                      "--expt-relaxed-constexpr")
+CUDA_OPS = [op for op in opspec.discover() if op.kind == "cuda"]
+
+
+def gencode(arch: str) -> str:
+    n = arch.replace(".", "")
+    return f"-gencode=arch=compute_{n},code=sm_{n}"
+
+
+def test_the_defines_are_torchs():
+    from torch.utils import cpp_extension
+
+    assert set(TORCH_NVCC_DEFINES) <= set(cpp_extension.COMMON_NVCC_FLAGS)
+
+
+@pytest.mark.parametrize("op", CUDA_OPS, ids=[op.name for op in CUDA_OPS])
+def test_every_cuda_source_compiles_without_a_gpu(op, tmp_path):
+    archs = ["8.0", *sorted(set(op.requires.values()))]
+    sources = sorted(op.path.glob("*.cu"))
+    assert sources, f"{op.name}: a CUDA op without a .cu file"
+    for source in sources:
+        argv = [NVCC, "-std=c++17", *CUDA_FLAGS, *TORCH_NVCC_DEFINES, *map(gencode, archs),
+                f"-I{op.path.parent / '_common'}", f"-I{op.path}", "-c", str(source), "-o", str(tmp_path / "k.o")]
+        done = subprocess.run(argv, capture_output=True, text=True)
+        assert done.returncode == 0, f"{source.name} for {', '.join(archs)}:\n{done.stderr[-3000:]}"
+        assert " spill stores" in done.stdout + done.stderr, "ptxas -v reported nothing: no device code compiled"
