@@ -190,3 +190,62 @@ def test_an_op_that_fails_to_build_gets_rows_not_a_crash(tmp_path: Path, monkeyp
 def test_no_matching_op_is_an_error_that_says_what_to_do(tmp_path: Path) -> None:
     with pytest.raises(BenchError, match="no op matches -k 'nothing'"):
         runner.run(runner.Options(select="nothing", out=tmp_path), catalog=bench_fakes.catalog(), log=io.StringIO())
+
+
+def _big_run() -> dict:
+    """A run whose raw samples (40 rows of 4000) are well past RAW_INLINE_BYTES as JSON."""
+    rows = []
+    for i in range(40):
+        r = bench_fakes.row("softmax", "kernellab", 0.5 + i / 100, seed=i, shape={"n": 1024 * (i + 1)})
+        r["samples_ms"] = bench_fakes.samples(0.5 + i / 100, 0.01, seed=i, n=4000)
+        rows.append(r)
+    rows.append(bench_fakes.row("softmax", "eager", None, status="error"))  # no samples at all
+    doc = bench_fakes.run_doc("big", rows)
+    doc["clock_samples"] = [[t / 10, 1980, 2619] for t in range(300)]
+    return doc
+
+
+def test_large_raw_samples_go_compressed_beside_results_json_and_load_back(tmp_path: Path) -> None:
+    doc = _big_run()
+    written = results.write(tmp_path, doc)
+    assert tmp_path / results.RAW_FILE in written
+    on_disk = json.loads((tmp_path / "results.json").read_text())
+    assert on_disk["raw"] == results.RAW_FILE and "clock_samples" not in on_disk
+    assert not any("samples_ms" in r for r in on_disk["rows"]), "the samples are not kept twice"
+    assert on_disk["rows"][0]["stats"] == doc["rows"][0]["stats"], "the summaries stay readable in results.json"
+    folder_bytes = sum(p.stat().st_size for p in tmp_path.iterdir())
+    assert folder_bytes < len(json.dumps(doc)) / 2, (folder_bytes, len(json.dumps(doc)))
+    loaded = results.load(tmp_path)
+    assert loaded["rows"] == json.loads(json.dumps(doc["rows"])) and "raw" not in loaded
+    assert loaded["clock_samples"] == doc["clock_samples"]
+    assert "samples_ms" in doc["rows"][0], "writing leaves the caller's document whole"
+    first = (tmp_path / results.RAW_FILE).read_bytes()
+    results.write(tmp_path, doc)
+    assert (tmp_path / results.RAW_FILE).read_bytes() == first, "the same samples give the same bytes"
+
+
+def test_a_small_run_keeps_its_samples_inline_and_drops_a_stale_sidecar(tmp_path: Path) -> None:
+    results.write(tmp_path, _big_run())
+    small = bench_fakes.run_doc("small", [bench_fakes.row("softmax", "kernellab", 0.5)])
+    results.write(tmp_path, small)
+    assert not (tmp_path / results.RAW_FILE).exists()
+    on_disk = json.loads((tmp_path / "results.json").read_text())
+    assert "raw" not in on_disk and on_disk["rows"][0]["samples_ms"] == small["rows"][0]["samples_ms"]
+    assert results.load(tmp_path)["rows"] == json.loads(json.dumps(small["rows"]))
+
+
+def test_a_missing_or_mismatched_sidecar_is_one_sentence(tmp_path: Path) -> None:
+    results.write(tmp_path, _big_run())
+    raw = (tmp_path / results.RAW_FILE).read_bytes()
+    (tmp_path / results.RAW_FILE).unlink()
+    with pytest.raises(BenchError, match=r"keeps its raw samples in samples\.json\.gz, which is not beside it"):
+        results.load(tmp_path)
+    (tmp_path / results.RAW_FILE).write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(BenchError, match="is damaged"):
+        results.load(tmp_path)
+    doc = json.loads((tmp_path / "results.json").read_text())
+    doc["rows"] = doc["rows"][:3]
+    (tmp_path / "results.json").write_text(json.dumps(doc))
+    (tmp_path / results.RAW_FILE).write_bytes(raw)
+    with pytest.raises(BenchError, match="holds samples for 41 rows, not 3"):
+        results.load(tmp_path)

@@ -1,11 +1,15 @@
-"""A run's folder: results.json (everything, raw samples included), results.csv and summary.md.
+"""A run's folder: results.json (everything), results.csv and summary.md.
 
 results.json is the source of truth; the CSV and the Markdown table are views of it, so an old
-run can be re-rendered or compared without the GPU that made it.
+run can be re-rendered or compared without the GPU that made it. A run's raw samples (every timed
+sample of every row, the clock monitor's readings) are most of its size: past RAW_INLINE_BYTES they
+go to samples.json.gz beside it (results.json's "raw" names it), and load() puts them back, so a full
+run stays small enough to commit.
 """
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import json
 from pathlib import Path
@@ -19,17 +23,71 @@ MERGED = "merged"
 MERGED_FILE = "merged.json"
 
 
+#: Raw samples up to this size (as JSON) stay inside results.json; more go to RAW_FILE.
+RAW_INLINE_BYTES = 1_000_000
+RAW_FILE = "samples.json.gz"
+
+
 def write(folder: Path, doc: dict[str, Any]) -> list[Path]:
-    """Write results.json, results.csv and summary.md into folder; return their paths."""
+    """Write results.json, results.csv and summary.md into folder (and samples.json.gz when the raw
+    samples are large: see RAW_INLINE_BYTES); return their paths."""
     folder.mkdir(parents=True, exist_ok=True)
+    main, raw = split_raw(doc)
     files = {
-        "results.json": json.dumps(doc, indent=1, default=str) + "\n",
+        "results.json": json.dumps(main, indent=1, default=str) + "\n",
         "results.csv": to_csv(doc),
         "summary.md": to_markdown(doc),
     }
     for name, text in files.items():
         (folder / name).write_text(text)
-    return [folder / name for name in files]
+    written = [folder / name for name in files]
+    stale = folder / RAW_FILE
+    if raw is not None:
+        # mtime=0: the same samples give the same bytes, so a rewritten run is no change to git.
+        stale.write_bytes(gzip.compress(json.dumps(raw, separators=(",", ":"), default=str).encode(), mtime=0))
+        written.append(stale)
+    elif stale.exists():
+        stale.unlink()  # an earlier write's samples, which results.json no longer names
+    return written
+
+
+def split_raw(doc: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """(results.json's document, the raw samples for RAW_FILE or None when they stay inline)."""
+    rows = doc.get("rows") or []
+    raw: dict[str, Any] = {"schema": SCHEMA, "samples_ms": [row.get("samples_ms") for row in rows]}
+    if "clock_samples" in doc:
+        raw["clock_samples"] = doc["clock_samples"]
+    if len(json.dumps(raw, separators=(",", ":"), default=str)) <= RAW_INLINE_BYTES:
+        return doc, None
+    main = {k: v for k, v in doc.items() if k != "clock_samples"}
+    main["raw"] = RAW_FILE
+    main["rows"] = [{k: v for k, v in row.items() if k != "samples_ms"} for row in rows]
+    return main, raw
+
+
+def _join_raw(file: Path, doc: dict[str, Any]) -> dict[str, Any]:
+    """doc with the raw samples its "raw" names put back (a no-op for a run that kept them inline)."""
+    name = doc.pop("raw", None)
+    if name is None:
+        return doc
+    where = file.parent / str(name)
+    try:
+        raw = json.loads(gzip.decompress(where.read_bytes()))
+    except FileNotFoundError:
+        raise BenchError(f"{file} keeps its raw samples in {name}, which is not beside it; copy the run's "
+                         "whole folder.") from None
+    except (OSError, ValueError, EOFError) as e:
+        raise BenchError(f"{where} is damaged ({e}); the run's samples cannot be read.") from None
+    samples = raw.get("samples_ms") if isinstance(raw, dict) else None
+    if not isinstance(samples, list) or len(samples) != len(doc["rows"]):
+        raise BenchError(f"{where} does not match {file.name}: it holds samples for "
+                         f"{len(samples) if isinstance(samples, list) else 'no'} rows, not {len(doc['rows'])}.")
+    for row, row_samples in zip(doc["rows"], samples):
+        if row_samples is not None:  # None: a row that was never timed (failed, skipped) had none
+            row["samples_ms"] = row_samples
+    if "clock_samples" in raw:
+        doc["clock_samples"] = raw["clock_samples"]
+    return doc
 
 
 def write_with_plots(folder: Path, doc: dict[str, Any]) -> None:
@@ -64,7 +122,7 @@ def load(path: Path) -> dict[str, Any]:
                 return _load_merged(candidate, doc)
             if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or "rows" not in doc:
                 raise BenchError(f"{candidate} is not a kernellab bench result (schema {SCHEMA}).")
-            return doc
+            return _join_raw(candidate, doc)
     raise BenchError(f"no results.json at {path}; give a folder under results/ or its results.json "
                      f"(a merged run: its folder or {MERGED_FILE}).")
 
