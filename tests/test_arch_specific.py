@@ -101,7 +101,7 @@ def test_the_sm90a_candidate_runs_its_sm90a_code_on_the_gpu() -> None:
     if module.unavailable:
         pytest.skip(module.unavailable["kernellab"])  # not an H100/H200: the reason, as the tests say it
     assert module.build is not None
-    cubins = binaries.fingerprint(module.build.library).cubins
+    cubins = binaries.fingerprint(module.build.device_code).cubins
     assert "sm_90a" in cubins and "sm_90" not in cubins, cubins
     assert torch.cuda.get_device_capability() == (9, 0)
     for label, shape, dtype, seed in checks.cases(spec):

@@ -5,6 +5,7 @@ This is the check CI can make of kernel code it cannot run; the GPU machine runs
 """
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 
@@ -45,3 +46,10 @@ def test_every_cuda_source_compiles_without_a_gpu(op, tmp_path):
         done = subprocess.run(argv, capture_output=True, text=True)
         assert done.returncode == 0, f"{source.name} for {', '.join(archs)}:\n{done.stderr[-3000:]}"
         assert " spill stores" in done.stdout + done.stderr, "ptxas -v reported nothing: no device code compiled"
+        if source.name == "matmul_wgmma.cu":
+            # Its setmaxnreg counts (40 and 232) split exactly 168 registers x 384 threads; another count
+            # from ptxas would leave a warpgroup waiting for registers that never come.
+            entries = (done.stdout + done.stderr).split("Compiling entry function")
+            used = [int(m.group(1)) for e in entries if "matmul_wgmma_kernel" in e and "for 'sm_90a'" in e
+                    if (m := re.search(r"Used (\d+) registers", e))]
+            assert used == [168, 168], used  # fp16 and bf16

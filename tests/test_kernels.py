@@ -76,7 +76,7 @@ def test_arch_specific_code_is_in_the_library(op: ops.OpSpec) -> None:
     module = _loaded(op)
     variants, _ = ops.arch_requirements(op, gpu=False)
     assert module.build is not None
-    cubins = binaries.fingerprint(module.build.library).cubins
+    cubins = binaries.fingerprint(module.build.device_code).cubins
     if not cubins:
         pytest.skip("no cuobjdump here to list the library's code")
     for variant in variants:

@@ -189,18 +189,24 @@ __global__ void __launch_bounds__(THREADS, 1)
   if (warpgroup == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
     if (t == 0) {
+      // B boxes wholly past n are not loaded: they would only feed columns of C that are never stored.
+      // Every box that is loaded counts whole (zero-filled past the edges) against the barrier.
+      const int b_boxes = min(B_BOXES, (n - col0 + 63) / 64);
+      const uint32_t bytes = A_STAGE + b_boxes * BK * ROW_BYTES;
       for (int i = 0; i < slices; ++i) {
         const int s = i % STAGES;
         if (i >= STAGES) bar_wait(&empty[s], ((i / STAGES) + 1) & 1);  // its previous slice was consumed
-        bar_expect(&full[s], A_STAGE + B_STAGE);  // whole boxes, zero-filled past the edges included
+        bar_expect(&full[s], bytes);
         tma_load(as + s * A_STAGE, &map_a, &full[s], i * BK, row0);
-        for (int j = 0; j < B_BOXES; ++j)
+        for (int j = 0; j < b_boxes; ++j)
           tma_load(bs + s * B_STAGE + j * BK * ROW_BYTES, &map_b, &full[s], col0 + 64 * j, i * BK);
       }
     }
     return;
   }
 
+  // 232 for each consumer thread, 40 for each producer thread: 168 (ptxas' figure for this kernel, which
+  // -Xptxas=-v shows) times 384 threads. Should ptxas ever report another count, these must change with it.
   asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
   const int rows = (warpgroup - 1) * 64;  // this consumer's rows of the tile
   float d[128];
@@ -280,9 +286,10 @@ cudaError_t launch(const T* a, const T* b, T* c, int m, int n, int k, cudaStream
   // TMA needs 16-byte aligned bases and row strides; k == 0 has nothing to load.
   const bool tma = k > 0 && k % 8 == 0 && n % 8 == 0 && kl::aligned16(a) && kl::aligned16(b) && kl::aligned16(c);
   if (!tma) return launch_matmul_tensorcore(a, b, c, m, n, k, stream);
-  if (encoder() == nullptr) return cudaErrorNotSupported;
+  // A driver without the tensor-map encoder, or one that refuses these maps: the mma.sync kernel instead.
   CUtensorMap map_a, map_b;
-  if (!tensor_map(&map_a, a, m, k, BM) || !tensor_map(&map_b, b, k, n, BK)) return cudaErrorInvalidValue;
+  if (encoder() == nullptr || !tensor_map(&map_a, a, m, k, BM) || !tensor_map(&map_b, b, k, n, BK))
+    return launch_matmul_tensorcore(a, b, c, m, n, k, stream);
   const cudaError_t raised =
       cudaFuncSetAttribute(matmul_wgmma_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
   if (raised != cudaSuccess) return raised;

@@ -120,14 +120,16 @@ def unbuildable(op: OpSpec) -> str | None:
     return None
 
 
-def build(op: OpSpec, *, verbose: bool = False) -> extensions.Build:
-    """Compile what changed in a C++/CUDA op and load its library (its ops appear under torch.ops)."""
+def build(op: OpSpec, *, verbose: bool = False, kernel_library: bool = False) -> extensions.Build:
+    """Compile what changed in a C++/CUDA op and load its library (its ops appear under torch.ops).
+    kernel_library: its .cu files in a library of their own (extensions.build), for a fresh process."""
     if op.kind == "triton":
         raise ExtensionError(f"{op.name} is a Triton op: there is nothing to compile ahead of time.")
     variants, _ = arch_requirements(op, gpu=False)
     return extensions.build(
         f"kernellab_{op.name}", [op.path / s for s in op.sources],
         cuda=op.kind == "cuda", include_dirs=[common_dir(op)], verbose=verbose, arch_specific=variants,
+        kernel_library=kernel_library,
     )
 
 
@@ -228,7 +230,7 @@ def _code_lines(outcomes: list[BuildOutcome]) -> str:
     for o in outcomes:
         if o.build is None or o.op.kind != "cuda":
             continue
-        f = binaries.fingerprint(o.build.library)
+        f = binaries.fingerprint(o.build.device_code)
         if f.cubins or f.ptx:
             ptx = f"; PTX {' '.join(f.ptx)}" if f.ptx else ""
             lines.append(f"  {o.op.name}: SASS {' '.join(f.cubins) or 'none'}{ptx}")
@@ -238,8 +240,9 @@ def _code_lines(outcomes: list[BuildOutcome]) -> str:
 _LOADED: dict[tuple[str, str], OpModule] = {}
 
 
-def load(op: OpSpec, *, verbose: bool = False) -> OpModule:
-    """Build (if needed) and load an op: its extension or Triton module, and its reference.py."""
+def load(op: OpSpec, *, verbose: bool = False, kernel_library: bool = False) -> OpModule:
+    """Build (if needed) and load an op: its extension or Triton module, and its reference.py
+    (kernel_library: see build)."""
     key = (op.name, str(op.path))
     if key in _LOADED:
         return _LOADED[key]
@@ -250,7 +253,7 @@ def load(op: OpSpec, *, verbose: bool = False) -> OpModule:
     else:
         import torch
 
-        built = build(op, verbose=verbose)
+        built = build(op, verbose=verbose, kernel_library=kernel_library)
         namespace = getattr(torch.ops, built.name)
     candidates = {}
     _, unavailable = arch_requirements(op) if op.kind == "cuda" else ([], {})
@@ -345,7 +348,7 @@ def record(outcomes: list[BuildOutcome]) -> dict[str, Any]:
         if o.build is None:
             found[o.op.name] = {"skipped" if not o.failed else "failed": o.note}
         else:
-            found[o.op.name] = {"library": o.build.library.name, **binaries.fingerprint(o.build.library).to_dict()}
+            found[o.op.name] = {"library": o.build.library.name, **binaries.fingerprint(o.build.device_code).to_dict()}
     return found
 
 
