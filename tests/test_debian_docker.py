@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -170,3 +171,48 @@ def test_cuda_11_8_from_debian_is_nvcc_alone_and_compiles_for_sm80(docker_client
     assert containers.run(built.tags[0], ["bash", "-c", script], gpu=False, repo=work, engine=DOCKER) == 0
     assert "for 'sm_80'" in (work / "ptxas.txt").read_text()
     assert (work / "libk.so").stat().st_size > 10_000
+
+
+#: In the container: build vector_add (a copy under /cache) with kernel_library, as a watch round does; the
+#: argument "edit" first appends a line to its .cu. Prints what the test reads.
+SPLIT_SCRIPT = r"""
+import json, shutil, sys
+from pathlib import Path
+from kernellab import binaries, opspec, ops
+work = Path("/cache/ops")
+if not work.exists():
+    shutil.copytree("/workspace/kernels", work)
+if sys.argv[1] == "edit":
+    cu = work / "vector_add" / "vector_add.cu"
+    cu.write_text(cu.read_text() + "\n// an edit\n")
+b = ops.build(opspec.parse_spec(work / "vector_add" / "op.toml"), kernel_library=True)
+print(json.dumps({"library": str(b.library), "kernels": str(b.kernels), "compiled": b.compiled,
+                  "mtimes": [b.library.stat().st_mtime_ns, b.kernels.stat().st_mtime_ns],
+                  "cubins": binaries.fingerprint(b.device_code).cubins}))
+"""
+
+
+def test_a_watch_build_puts_the_kernels_in_their_own_library_and_an_edit_relinks_only_that(
+        cu124_debian, tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "split.py").write_text(SPLIT_SCRIPT)
+
+    def build(step: str) -> dict:
+        code = containers.run(cu124_debian.tags[0], ["bash", "-c", f"python /cache/split.py {step} > /cache/out.json"],
+                              gpu=False, engine=DOCKER)
+        assert code == 0
+        return json.loads((tmp_path / "cache" / "out.json").read_text())
+
+    first = build("first")
+    library, kernels = Path(first["library"]), Path(first["kernels"])
+    assert kernels.name == "libkernellab_vector_add_kernels.so" and kernels.parent == library.parent
+    assert {"sm_80", "sm_90"} <= set(first["cubins"]), "the GPU code is in the kernels' library"
+    host = tmp_path / "cache" / library.relative_to("/cache")
+    needed = subprocess.run(["readelf", "-d", str(host)], capture_output=True, text=True).stdout
+    assert f"[{kernels}]" in needed, "the binding's library names the kernels' library by its path"
+    needed = subprocess.run(["readelf", "-d", str(host.with_name(kernels.name))], capture_output=True, text=True).stdout
+    assert "libcudart" in needed and "torch" not in needed and "c10" not in needed, needed
+    edited = build("edit")  # a new process, as each watch round is
+    assert edited["compiled"] and edited["mtimes"][0] == first["mtimes"][0], "the binding's library is not relinked"
+    assert edited["mtimes"][1] > first["mtimes"][1], "the kernels' library is"

@@ -200,3 +200,79 @@ def test_arch_list_comes_from_the_environment_first(monkeypatch: pytest.MonkeyPa
 def test_max_jobs_is_at_least_one_and_at_most_the_cores() -> None:
     cores = len(os.sched_getaffinity(0))
     assert 1 <= extensions.max_jobs() <= cores
+
+
+TORCH_NINJA = """\
+ninja_required_version = 1.3
+cxx = c++
+nvcc = /usr/local/cuda/bin/nvcc
+
+cuda_cflags = -DTORCH_EXTENSION_NAME=kl_x -gencode=arch=compute_90,code=sm_90
+cuda_post_cflags = --compiler-options '-fPIC'
+ldflags = -shared
+
+rule cuda_compile
+  command = $nvcc  $cuda_cflags -c $in -o $out $cuda_post_cflags
+
+rule link
+  command = $cxx $in $ldflags -o $out
+
+build a.cuda.o: cuda_compile /src/a.cu
+build b.cuda.o: cuda_compile /src/b.cu
+
+build kl_x.so: link a.cuda.o b.cuda.o
+
+default kl_x.so
+"""
+
+
+def test_the_kernels_ninja_file_keeps_torchs_compile_and_links_the_objects_against_cudart_alone() -> None:
+    made = extensions.kernels_ninja(TORCH_NINJA, "libkl_x_kernels.so", ["-L/cuda/lib64", "-lcudart"])
+    assert made is not None
+    for kept in ("cuda_cflags = -DTORCH_EXTENSION_NAME=kl_x -gencode=arch=compute_90,code=sm_90",
+                 "  command = $nvcc  $cuda_cflags -c $in -o $out $cuda_post_cflags",
+                 "build a.cuda.o: cuda_compile /src/a.cu", "build b.cuda.o: cuda_compile /src/b.cu"):
+        assert kept in made.splitlines(), kept
+    assert "kernel_ldflags = -shared -L/cuda/lib64 -lcudart" in made
+    assert "build libkl_x_kernels.so: kernel_link a.cuda.o b.cuda.o" in made
+    assert "default libkl_x_kernels.so" in made and "kl_x.so: link" not in made and "default kl_x.so" not in made
+    assert extensions.kernels_ninja(TORCH_NINJA.replace("cuda_compile /src", "compile /src"), "x.so", []) is None
+
+
+def _toolkit() -> Path | None:
+    """The CUDA toolkit of the nvcc on PATH (which may be a wrapper script): nvcc's own TOP."""
+    try:
+        out = subprocess.run(["nvcc", "--dryrun", "-c", "-x", "cu", os.devnull, "-o", os.devnull],
+                             capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(r"^#\$ TOP=(.+)$", out.stderr, re.MULTILINE)
+    return Path(m.group(1)).resolve() if m else None
+
+
+TOOLKIT = _toolkit()
+
+
+@pytest.mark.skipif(TOOLKIT is None, reason="no nvcc on this machine")
+def test_the_kernels_library_compiles_with_torchs_nvcc_command_and_a_compile_error_reads_as_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A CPU build of torch has no CUDA_HOME; the machine's toolkit stands in for the one a CUDA build finds.
+    from torch.utils import cpp_extension
+
+    monkeypatch.setattr(cpp_extension, "CUDA_HOME", str(TOOLKIT))
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0")
+    monkeypatch.setenv("TORCH_EXTENSION_SKIP_NVCC_GEN_DEPENDENCIES", "1")
+    src = write(tmp_path / "src", "k.cu", """\
+        __global__ void twice(float* x) { x[threadIdx.x] *= 2.f; }
+        void launch_twice(float* x) { twice<<<1, 32>>>(x); }
+        """)
+    folder = tmp_path / "build"
+    folder.mkdir()
+    library = extensions._kernel_library("kl_split", [src], [], folder)
+    assert library == folder / "libkl_split_kernels.so" and library.is_file()
+    assert "cuda_compile" in (folder / extensions.KERNELS_NINJA).read_text()
+    needed = subprocess.run(["readelf", "-d", str(library)], capture_output=True, text=True).stdout
+    assert "libcudart" in needed and "torch" not in needed and "c10" not in needed, needed
+    src.write_text("__global__ void twice(float* x) { x[threadIdx.x] *= two; }\n")
+    with pytest.raises(RuntimeError, match=r"^Error building extension 'kl_split'"):
+        extensions._kernel_library("kl_split", [src], [], folder)

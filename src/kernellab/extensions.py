@@ -308,7 +308,9 @@ def _kernel_library(name: str, sources: Sequence[Path], include_dirs: Sequence[P
     file = directory / KERNELS_NINJA
     if not file.is_file() or file.read_text() != ninja:
         file.write_text(ninja)
-    argv = ["ninja", "-v", "-f", KERNELS_NINJA, "-j", os.environ.get("MAX_JOBS", str(max_jobs()))]
+    beside = Path(sys.executable).with_name("ninja")  # the venv's (pip's ninja), else the one on PATH
+    argv = [str(beside) if beside.is_file() else "ninja", "-v", "-f", KERNELS_NINJA,
+            "-j", os.environ.get("MAX_JOBS", str(max_jobs()))]
     sys.stdout.flush()
     if subprocess.run(argv, cwd=directory).returncode != 0:
         raise RuntimeError(f"Error building extension '{name}': its kernels (.cu) did not compile")
