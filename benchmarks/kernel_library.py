@@ -25,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: One build in a fresh process; prints {"s": seconds in ops.build, "binding_relinked": bool}.
+#: One build in a fresh process; prints {"s": seconds in ops.build, "library_mtime": the loaded library's}.
 BUILD = r"""
 import json, sys, time
 sys.path.insert(0, sys.argv[1])

@@ -236,7 +236,20 @@ def test_the_kernels_ninja_file_keeps_torchs_compile_and_links_the_objects_again
     assert "kernel_ldflags = -shared -L/cuda/lib64 -lcudart" in made
     assert "build libkl_x_kernels.so: kernel_link a.cuda.o b.cuda.o" in made
     assert "default libkl_x_kernels.so" in made and "kl_x.so: link" not in made and "default kl_x.so" not in made
+    assert made.startswith("builddir = kernels-ninja\n"), "its own .ninja_log, apart from torch's"
     assert extensions.kernels_ninja(TORCH_NINJA.replace("cuda_compile /src", "compile /src"), "x.so", []) is None
+
+
+def test_a_cu_that_reaches_torchs_headers_stays_in_one_library_with_the_binding(tmp_path: Path) -> None:
+    common = tmp_path / "common"
+    write(common, "plain.cuh", "#include <cuda_runtime.h>\n")
+    write(common, "uses_torch.cuh", "#include <ATen/ATen.h>\n")
+    plain = write(tmp_path / "op", "a.cu", '#include "plain.cuh"\n')
+    indirect = write(tmp_path / "op", "b.cu", '#include "uses_torch.cuh"\n')
+    direct = write(tmp_path / "op", "c.cu", "#include <torch/extension.h>\n")
+    assert not extensions.reaches_torch([plain], [common])
+    assert extensions.reaches_torch([indirect], [common]) and extensions.reaches_torch([direct], [common])
+    assert extensions.reaches_torch([plain, direct], [common])
 
 
 def _toolkit() -> Path | None:
@@ -273,6 +286,11 @@ def test_the_kernels_library_compiles_with_torchs_nvcc_command_and_a_compile_err
     assert "cuda_compile" in (folder / extensions.KERNELS_NINJA).read_text()
     needed = subprocess.run(["readelf", "-d", str(library)], capture_output=True, text=True).stdout
     assert "libcudart" in needed and "torch" not in needed and "c10" not in needed, needed
+    assert (folder / "kernels-ninja" / ".ninja_log").is_file() and not (folder / ".ninja_log").exists()
     src.write_text("__global__ void twice(float* x) { x[threadIdx.x] *= two; }\n")
-    with pytest.raises(RuntimeError, match=r"^Error building extension 'kl_split'"):
+    with pytest.raises(RuntimeError, match=r"^Error building extension 'kl_split'"):  # a compile error
+        extensions._kernel_library("kl_split", [src], [], folder)
+    # ninja itself failing (here: a file it cannot read) is not a compile error, so it is not remembered as one.
+    monkeypatch.setattr(extensions, "kernels_ninja", lambda *a: "this is not ninja\n")
+    with pytest.raises(RuntimeError, match=r"^kl_split: ninja could not build its kernels' library: .*ninja: error"):
         extensions._kernel_library("kl_split", [src], [], folder)

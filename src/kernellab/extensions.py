@@ -204,7 +204,9 @@ def build(
         os.environ["TORCH_EXTENSION_SKIP_NVCC_GEN_DEPENDENCIES"] = "1"  # headers: see forget_stale_objects
     os.environ.setdefault("MAX_JOBS", str(max_jobs()))
     kernel_sources = [Path(s) for s in sources if Path(s).suffix == ".cu"] if cuda and kernel_library else []
-    split = 0 < len(kernel_sources) < len(sources)  # some .cu, and a binding beside them
+    # Some .cu and a binding beside them; and no .cu that reaches torch's headers, whose symbols a library
+    # linked against the CUDA runtime alone would lack.
+    split = 0 < len(kernel_sources) < len(sources) and not reaches_torch(kernel_sources, include_dirs)
     directory = build_directory(name, sources, cuda=cuda, include_dirs=include_dirs, kernel_library=split)
     directory.mkdir(parents=True, exist_ok=True)
     fingerprint = inputs_fingerprint(sources, include_dirs, cuda=cuda)
@@ -223,8 +225,12 @@ def build(
         linked, extra_ldflags = list(sources), []
         if split:
             kernels = _kernel_library(name, kernel_sources, include_dirs, directory)
-            if kernels is not None:  # else torch's ninja file was not what this reads: one library after all
+            if kernels is None:  # torch's ninja file was not what this reads: one library after all
+                sys.stdout.write(f"{name}: one library (torch's ninja file for the .cu files is not the one expected)\n")
+            else:
                 linked, extra_ldflags = [s for s in sources if Path(s).suffix != ".cu"], [str(kernels)]
+                # The .cu objects are good whatever happens to the binding: keep them past a failed link.
+                _record_headers(directory, {k: v for k, v in headers.items() if k.endswith(".cuda.o")})
         return Path(cpp_extension.load(
             name=name,
             sources=[str(s) for s in linked],
@@ -241,7 +247,7 @@ def build(
     started_wall, started = time.time(), time.perf_counter()
     failure: BaseException | None = None
     library: Path | None = None
-    with _captured_output() as captured:
+    with _captured_output() as captured, _folder_lock(directory, split):
         try:
             library = load()
         except (RuntimeError, OSError) as e:
@@ -296,7 +302,7 @@ def _kernel_library(name: str, sources: Sequence[Path], include_dirs: Sequence[P
               "with_sycl": False, "is_standalone": False}
     try:
         params = inspect.signature(write).parameters
-        if not set(params) <= set(wanted):
+        if not {n for n, p in params.items() if p.default is p.empty} <= set(wanted):
             return None
         write(**{k: v for k, v in wanted.items() if k in params})
         text = (directory / TORCH_KERNELS_NINJA).read_text()
@@ -311,9 +317,14 @@ def _kernel_library(name: str, sources: Sequence[Path], include_dirs: Sequence[P
     beside = Path(sys.executable).with_name("ninja")  # the venv's (pip's ninja), else the one on PATH
     argv = [str(beside) if beside.is_file() else "ninja", "-v", "-f", KERNELS_NINJA,
             "-j", os.environ.get("MAX_JOBS", str(max_jobs()))]
+    done = subprocess.run(argv, cwd=directory, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          errors="replace")
+    sys.stdout.write(done.stdout)  # into the build log, where the compiler's lines and ptxas' reports are read
     sys.stdout.flush()
-    if subprocess.run(argv, cwd=directory).returncode != 0:
-        raise RuntimeError(f"Error building extension '{name}': its kernels (.cu) did not compile")
+    if done.returncode != 0:
+        if "FAILED:" in done.stdout:  # a build step failed: the compiler's (or linker's) own error
+            raise RuntimeError(f"Error building extension '{name}': its kernels (.cu) did not compile")
+        raise RuntimeError(f"{name}: ninja could not build its kernels' library: {done.stdout.strip()[-500:]}")
     return directory / f"lib{name}_kernels.so"
 
 
@@ -336,9 +347,42 @@ def kernels_ninja(torch_ninja: str, target: str, ldflags: Sequence[str]) -> str 
     if not objects:
         return None
     kept = [line for line in lines if not line.startswith(("default ", "build ")) or " cuda_compile " in line]
-    return "\n".join([*kept, "", f"kernel_ldflags = -shared {' '.join(ldflags)}", "rule kernel_link",
+    # builddir: its own .ninja_log and .ninja_deps, apart from those of torch's build of the binding (which
+    # may run another ninja version, and compacts the files it owns).
+    return "\n".join(["builddir = kernels-ninja", *kept, "", f"kernel_ldflags = -shared {' '.join(ldflags)}", "rule kernel_link",
                       "  command = $cxx $in $kernel_ldflags -o $out", "",
                       f"build {target}: kernel_link {' '.join(objects)}", f"default {target}", ""])
+
+
+def reaches_torch(sources: Sequence[Path], include_dirs: Sequence[Path] = ()) -> bool:
+    """Whether `sources` include one of torch's headers (torch/, ATen/, c10/), directly or through local ones."""
+    return any(_TORCH_HEADER.match(line) for line in _included(sources, include_dirs))
+
+
+def _record_headers(directory: Path, entries: dict[str, str]) -> None:
+    """Merge `entries` into the folder's headers record (see forget_stale_objects)."""
+    try:
+        recorded = json.loads((directory / HEADERS_RECORD).read_text())
+    except (OSError, ValueError):
+        recorded = {}
+    _write_json(directory / HEADERS_RECORD, {**(recorded if isinstance(recorded, dict) else {}), **entries})
+
+
+@contextlib.contextmanager
+def _folder_lock(directory: Path, held: bool) -> Iterator[None]:
+    """With `held`: this folder's build to this process alone (an flock, released if the process dies).
+    cpp_extension locks only its own part; the kernels' library is built before it, in the same folder."""
+    if not held:
+        yield
+        return
+    import fcntl
+
+    with open(directory / "kernels.lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def inputs_fingerprint(sources: Sequence[Path], include_dirs: Sequence[Path] = (), *, cuda: bool) -> str:
@@ -511,8 +555,10 @@ def _force_rebuild(name: str) -> None:
 _UNDEFINED = re.compile(r"undefined symbol: (\S+)")
 _INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]', re.MULTILINE)
 #: Compile failures that say nothing about the sources: a retry may well succeed, so none is remembered.
-_TRANSIENT = re.compile(r"Killed signal|internal compiler error|No space left on device|"
+_TRANSIENT = re.compile(r"Killed signal|died due to signal|internal compiler error|No space left on device|"
                         r"virtual memory exhausted|Cannot allocate memory|out of memory", re.IGNORECASE)
+#: _included's line for a header of torch's (not in the op's folders): `elsewhere <torch/extension.h>`.
+_TORCH_HEADER = re.compile(r'elsewhere [<"](torch|ATen|c10)/')
 
 
 def _explain(name: str, error: BaseException, log: str, directory: Path) -> ExtensionError:
