@@ -316,7 +316,7 @@ def _kernel_library(name: str, sources: Sequence[Path], include_dirs: Sequence[P
         file.write_text(ninja)
     beside = Path(sys.executable).with_name("ninja")  # the venv's (pip's ninja), else the one on PATH
     argv = [str(beside) if beside.is_file() else "ninja", "-v", "-f", KERNELS_NINJA,
-            "-j", os.environ.get("MAX_JOBS", str(max_jobs()))]
+            "-j", os.environ.get("MAX_JOBS") or str(max_jobs())]
     done = subprocess.run(argv, cwd=directory, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           errors="replace")
     sys.stdout.write(done.stdout)  # into the build log, where the compiler's lines and ptxas' reports are read
@@ -359,13 +359,18 @@ def reaches_torch(sources: Sequence[Path], include_dirs: Sequence[Path] = ()) ->
     return any(_TORCH_HEADER.match(line) for line in _included(sources, include_dirs))
 
 
-def _record_headers(directory: Path, entries: dict[str, str]) -> None:
-    """Merge `entries` into the folder's headers record (see forget_stale_objects)."""
+def _recorded_headers(directory: Path) -> dict[str, str]:
+    """The folder's headers record (see forget_stale_objects); empty when missing or unreadable."""
     try:
         recorded = json.loads((directory / HEADERS_RECORD).read_text())
     except (OSError, ValueError):
-        recorded = {}
-    _write_json(directory / HEADERS_RECORD, {**(recorded if isinstance(recorded, dict) else {}), **entries})
+        return {}
+    return recorded if isinstance(recorded, dict) else {}
+
+
+def _record_headers(directory: Path, entries: dict[str, str]) -> None:
+    """Merge `entries` into the folder's headers record."""
+    _write_json(directory / HEADERS_RECORD, {**_recorded_headers(directory), **entries})
 
 
 @contextlib.contextmanager
@@ -447,14 +452,11 @@ def forget_stale_objects(directory: Path, headers: dict[str, str]) -> list[str]:
     """Remove the objects of .cu sources whose local headers changed since the last good build (or that
     no record covers), so that ninja, which runs nvcc without a dependency pass, compiles them again.
     Returns the names removed."""
-    try:
-        recorded = json.loads((directory / HEADERS_RECORD).read_text())
-    except (OSError, ValueError):
-        recorded = {}
+    recorded = _recorded_headers(directory)
     removed = []
     for name, digest in headers.items():
         obj = directory / name
-        if obj.exists() and (not isinstance(recorded, dict) or recorded.get(name) != digest):
+        if obj.exists() and recorded.get(name) != digest:
             with contextlib.suppress(OSError):
                 obj.unlink()
                 removed.append(name)

@@ -32,7 +32,7 @@ def write(folder: Path, doc: dict[str, Any]) -> list[Path]:
     """Write results.json, results.csv and summary.md into folder (and samples.json.gz when the raw
     samples are large: see RAW_INLINE_BYTES); return their paths."""
     folder.mkdir(parents=True, exist_ok=True)
-    main, raw = split_raw(doc)
+    main, raw_json = split_raw(doc)
     files = {
         "results.json": json.dumps(main, indent=1, default=str) + "\n",
         "results.csv": to_csv(doc),
@@ -41,28 +41,29 @@ def write(folder: Path, doc: dict[str, Any]) -> list[Path]:
     for name, text in files.items():
         (folder / name).write_text(text)
     written = [folder / name for name in files]
-    stale = folder / RAW_FILE
-    if raw is not None:
+    raw_file = folder / RAW_FILE
+    if raw_json is not None:
         # mtime=0: the same samples give the same bytes, so a rewritten run is no change to git.
-        stale.write_bytes(gzip.compress(json.dumps(raw, separators=(",", ":"), default=str).encode(), mtime=0))
-        written.append(stale)
-    elif stale.exists():
-        stale.unlink()  # an earlier write's samples, which results.json no longer names
+        raw_file.write_bytes(gzip.compress(raw_json.encode(), mtime=0))
+        written.append(raw_file)
+    elif raw_file.exists():
+        raw_file.unlink()  # an earlier write's samples, which results.json no longer names
     return written
 
 
-def split_raw(doc: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """(results.json's document, the raw samples for RAW_FILE or None when they stay inline)."""
+def split_raw(doc: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """(results.json's document, the raw samples as RAW_FILE's JSON, or None when they stay inline)."""
     rows = doc.get("rows") or []
     raw: dict[str, Any] = {"schema": SCHEMA, "samples_ms": [row.get("samples_ms") for row in rows]}
     if "clock_samples" in doc:
         raw["clock_samples"] = doc["clock_samples"]
-    if len(json.dumps(raw, separators=(",", ":"), default=str)) <= RAW_INLINE_BYTES:
+    raw_json = json.dumps(raw, separators=(",", ":"), default=str)
+    if len(raw_json) <= RAW_INLINE_BYTES:
         return doc, None
     main = {k: v for k, v in doc.items() if k != "clock_samples"}
     main["raw"] = RAW_FILE
     main["rows"] = [{k: v for k, v in row.items() if k != "samples_ms"} for row in rows]
-    return main, raw
+    return main, raw_json
 
 
 def _join_raw(file: Path, doc: dict[str, Any]) -> dict[str, Any]:
