@@ -1,6 +1,6 @@
 """Attention with a key-padding mask: softmax(q k^T / sqrt(d), keys j >= lengths[b] masked) v.
 
-q, k, v: (batch, heads, seq, head_dim); lengths: (batch,) int32, the valid keys of each sequence.
+q, k, v: (batch, heads, seq, head_dim); lengths: (batch,) int32, the valid keys of each sequence (all of them at keep_pct = 100).
 """
 import math
 
@@ -12,8 +12,9 @@ def make_inputs(shape, dtype, device, gen):
     size = (shape["batch"], shape["heads"], shape["seq"], shape["head_dim"])
     q, k, v = (torch.randn(size, dtype=dtype, device=device, generator=gen) for _ in range(3))
     seq = shape["seq"]
-    # The first sequence is full; the others keep between half and all of their keys.
-    lengths = torch.randint(seq // 2 + 1, seq + 1, (shape["batch"],), generator=gen, device=device, dtype=torch.int32)
+    # The first sequence is full; the others keep between keep_pct% and all of their keys.
+    least = min(seq, seq * shape["keep_pct"] // 100 + 1)
+    lengths = torch.randint(least, seq + 1, (shape["batch"],), generator=gen, device=device, dtype=torch.int32)
     lengths[0] = seq
     return q, k, v, lengths
 
