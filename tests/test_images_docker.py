@@ -173,11 +173,26 @@ def test_proxy_credentials_never_reach_the_image_and_the_ca_is_trusted(cpu_image
     history = subprocess.run(["docker", "history", "--no-trunc", ref], capture_output=True, text=True).stdout
     inspect = subprocess.run(["docker", "image", "inspect", ref], capture_output=True, text=True).stdout
     assert secret not in history and secret not in inspect
-    saved = subprocess.run(["docker", "save", ref], capture_output=True).stdout
-    assert len(saved) > 10_000_000 and secret.encode() not in saved
+    size, found, err = _scan_saved(ref, secret.encode())
+    assert size > 10_000_000, f"docker save {ref} gave {size} bytes: {err}"
+    assert not found
     bundle = run(ref, "cat", "/etc/ssl/certs/ca-certificates.crt")
     pem = cert.read_text().strip().splitlines()
     assert pem[1] in bundle, "the extra CA is in the image's trust store"
+
+
+def _scan_saved(ref: str, needle: bytes) -> tuple[int, bool, str]:
+    """Stream `docker save REF` (gigabytes: never held in memory whole): its size, whether `needle`
+    occurs in it, and the CLI's stderr."""
+    size, found, tail = 0, False, b""
+    with subprocess.Popen(["docker", "save", ref], stdout=subprocess.PIPE, stderr=subprocess.PIPE) as p:
+        assert p.stdout is not None and p.stderr is not None
+        while chunk := p.stdout.read(1 << 24):
+            size += len(chunk)
+            found = found or needle in tail + chunk
+            tail = chunk[-len(needle):]
+        err = p.stderr.read().decode(errors="replace").strip()
+    return size, found, err
 
 
 @pytest.fixture(scope="session")
