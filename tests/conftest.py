@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -82,3 +83,14 @@ def _engine_choice_is_per_test():
     from kernellab import engine
     yield
     engine.select(None)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _prune_dangling_images_after_docker_modules(request):
+    """KERNELLAB_CI_PRUNE=1 (.ci/run): after a module with Docker tests, drop the images its rebuilds left
+    untagged, so that a CI disk holds one copy of each image instead of the last run's and this one's."""
+    yield
+    if os.environ.get("KERNELLAB_CI_PRUNE") != "1":
+        return
+    if any(item.module is request.module and item.get_closest_marker("docker") for item in request.session.items):
+        subprocess.run(["docker", "image", "prune", "-f"], capture_output=True, check=False, timeout=600)
