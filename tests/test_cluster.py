@@ -532,7 +532,19 @@ def test_missing_tool_names_the_runtime_the_tool_and_the_remedy(
     assert os.uname().nodename in message
     assert runtimes.TOOLS[runtime][1] in message
     monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(runtimes, "_srun_help", lambda: "      --container-image=[USER@][REGISTRY#]IMAGE[:TAG]|PATH")
     assert runtimes.missing_tool(runtime) is None
+
+
+def test_enroot_needs_pyxis_not_just_srun(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A node's srun without the pyxis plugin: its help has no --container-image.
+    write(tmp_path / "srun", "#!/bin/sh\necho 'Usage: srun [OPTIONS(0)...]'\necho '  -N, --nodes=N'\n").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    message = runtimes.missing_tool("enroot")
+    assert message is not None and "srun has no --container-image (pyxis is not loaded)" in message
+    assert runtimes.TOOLS["enroot"][1] in message
+    write(tmp_path / "srun", "#!/bin/sh\necho '      --container-image=[USER@][REGISTRY#]IMAGE[:TAG]|PATH'\n")
+    assert runtimes.missing_tool("enroot") is None
 
 
 def test_runtime_none_needs_no_tool(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -690,13 +702,79 @@ def test_outcome_from_the_status_file_or_slurms_state(tmp_path: Path, monkeypatc
     o = runs._outcome(p, timed_out, slurm.TaskState("TIMEOUT", "TimeLimit", "0:15"))
     assert (o.state, o.detail, o.status, o.log) == ("timeout", "ran past its time limit", {}, "")
     assert runs._outcome(p, timed_out, slurm.TaskState("CANCELLED")).state == "cancelled"
+    # Failed with neither log nor status: Slurm could not even open the log, so the node never saw the folder.
+    for state in ("FAILED", "COMPLETED"):
+        o = runs._outcome(p, timed_out, slurm.TaskState(state, exit="1:0"))
+        assert o.state == "lost" and f"without writing its log or status file into {p.rundir}" in o.detail
+        assert "`shared`" in o.detail and str(tmp_path / "shared") in o.detail and "same path" in o.detail
+    write(Path(p.rundir) / "logs" / "a100-0-13.log", "python3: not found\n")
     o = runs._outcome(p, timed_out, slurm.TaskState("FAILED", exit="1:0"))
     assert o.state == "failed" and "exit 1:0" in o.detail
 
+    write(Path(p.rundir) / "logs" / "a100-1-13.log", "ran\n")
     o = runs._outcome(p, lost, slurm.TaskState("COMPLETED", exit="0:0"))
     assert o.state == "lost" and not o.ok
     assert str(p.status_file(lost)) in o.detail
     assert "`shared`" in o.detail and str(tmp_path / "shared") in o.detail
+
+
+def test_progress_words_and_counts() -> None:
+    word = runs.progress_word
+    assert word(slurm.TaskState("PENDING", "Resources")) == "pending (Resources)"
+    assert word(slurm.TaskState("PENDING", "None")) == "pending"
+    assert word(slurm.TaskState("RUNNING", "node17")) == "running on node17"
+    assert [word(slurm.TaskState(s)) for s in ("COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "CANCELLED")] == [
+        "done", "failed", "timed out", "failed", "cancelled"]
+    assert word(slurm.TaskState("SPECIAL_EXIT")) == "special_exit"
+    words = ["done", "pending (Priority)", "running on node1", "done", "timed out", "failed"]
+    assert runs.progress_counts(words) == "2 done, 1 running, 1 pending, 1 failed, 1 timed out of 6"
+
+
+def test_following_prints_each_change_and_how_many_tasks_are_in_each_state(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    p = make_plan(tmp_path, gpus=("h100",), n=2)
+    t0, t1 = p.tasks
+    polls = iter([{("7", 0): slurm.TaskState("RUNNING", "node1"), ("7", 1): slurm.TaskState("PENDING", "Resources")},
+                  {("7", 0): slurm.TaskState("RUNNING", "node1"), ("7", 1): slurm.TaskState("PENDING", "Resources")},
+                  {("7", 0): slurm.TaskState("COMPLETED"), ("7", 1): slurm.TaskState("RUNNING", "node1")},
+                  {("7", 1): slurm.TaskState("FAILED", exit="2:0")}])
+    monkeypatch.setattr(slurm, "states", lambda jobs: next(polls))
+    monkeypatch.setattr(runs, "STATUS_GRACE_S", 0)
+    for t, code in ((t0, 0), (t1, 2)):
+        node.write_status(p.status_file(t), {"exit": code})
+    out = io.StringIO()
+    outcomes = runs._follow(p, [(t0, "7"), (t1, "7")], out, 0)
+    assert [o.state for o in outcomes] == ["done", "failed"]
+    assert out.getvalue().splitlines() == [
+        "  h100/task-0: running on node1", "  h100/task-1: pending (Resources)", "  [1 running, 1 pending of 2]",
+        "  h100/task-0: done", "  h100/task-1: running on node1", "  [1 done, 1 running of 2]",
+        "  h100/task-1: failed", "  [1 done, 1 failed of 2]"]
+
+
+def test_an_interrupted_submission_cancels_and_names_the_jobs_it_had_submitted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    p = make_plan(tmp_path)
+    Path(p.rundir).mkdir(parents=True)
+    answers = iter(["41", KeyboardInterrupt()])
+
+    def submit(path: Path) -> str:
+        a = next(answers)
+        if isinstance(a, BaseException):
+            raise a
+        return a
+
+    cancelled: list[list[str]] = []
+    monkeypatch.setattr(slurm, "submit", submit)
+    monkeypatch.setattr(slurm, "cancel", lambda jobs: cancelled.append(list(jobs)))
+    out = io.StringIO()
+    with pytest.raises(KeyboardInterrupt):
+        runs._submit(p, make_profile(tmp_path), {"h100": [0, 1], "a100": [0, 1]}, out)
+    assert cancelled == [["41"]]
+    assert "cancelled job(s) 41 (scancel): the run was not submitted whole" in out.getvalue()
 
 
 def _outcomes(p: Plan) -> list[runs.Outcome]:
@@ -796,6 +874,26 @@ def test_node_main_runs_a_task_natively_and_writes_its_status(tmp_path: Path, mo
         0, p.run, "h100", 0, "task-0")
     assert status["slurm_job"] == "12_0" and status["runtime"] == "none" and status["gpus"] == []
     assert "error" not in status
+
+
+@pytest.mark.parametrize("profile_mode, best, attached", [("", "devices", "devices"), ("", None, False),
+                                                         ("cdi", "nvidia", "cdi"), ("none", "nvidia", False)])
+def test_a_container_task_records_the_gpu_mode_it_was_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            profile_mode: str, best: str | None,
+                                                            attached: str | bool) -> None:
+    from kernellab import containers, engine
+
+    p = make_plan(tmp_path, runtime="docker")
+    p.gpu_mode = profile_mode
+    given: list[Any] = []
+    monkeypatch.setattr(engine, "by_name", lambda name: object())
+    monkeypatch.setattr(node, "ensure_loaded", lambda eng, image: None)
+    monkeypatch.setattr(containers, "best_gpu_mode", lambda eng=None: best)
+    monkeypatch.setattr(containers, "run", lambda image, argv, **kw: given.append(kw["gpu"]) or 0)
+    status: dict[str, Any] = {}
+    assert node._engine_run(p, p.tasks[0], tmp_path / "cache", status) == 0
+    assert given == [attached]
+    assert status["gpu_mode"] == (attached or "none")
 
 
 def test_node_main_reports_a_failing_task_and_a_missing_runtime(tmp_path: Path,

@@ -302,3 +302,30 @@ def test_resume_takes_over_a_run_whose_submitting_process_died(slurm, shared: Pa
     assert resumed.returncode == 0, out
     assert "following 1 task(s) still in Slurm (h100/task-0)" in out and "submitted job" not in out, out
     assert (folder / "h100" / "task-0" / "out.txt").read_text() == "ok\n"
+
+
+def test_a_shared_folder_the_nodes_do_not_see_is_named(slurm, shared: Path, runs: list[Path]) -> None:
+    # Held at submission, the run's folder then hidden: the node finds no folder, as on a cluster whose
+    # `shared` is local to the submitting machine.
+    prof = profile(shared, "none", name="unshared")
+    prof.write_text(prof.read_text().replace("[gpu_types]", 'sbatch = ["--hold"]\n[gpu_types]'))
+    env = {**os.environ, "KERNELLAB_POLL_S": "1", "PYTHONUNBUFFERED": "1"}
+    p = subprocess.Popen([sys.executable, "-m", "invoke", "submit", "--profile", str(prof), "--gpus", "h100", "--",
+                          "true"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert p.stdout is not None
+    lines = []
+    for line in p.stdout:
+        lines.append(line)
+        if line.startswith("submitted job"):
+            break
+    job = lines[-1].split()[2].rstrip(":")
+    rundir = next(d for d in (shared / "runs").iterdir()
+                  if (d / "plan.json").is_file() and job in json.loads((d / "plan.json").read_text())["jobs"]["h100"])
+    rundir.rename(rundir.with_name(rundir.name + ".hidden"))
+    subprocess.run(["scontrol", "release", job], check=True, capture_output=True)
+    rest, _ = p.communicate(timeout=120)
+    out = "".join(lines) + rest
+    runs.append(run_folder(out))
+    assert p.returncode == 1, out
+    assert "h100/task-0: lost" in out and "without writing its log or status file" in out, out
+    assert f"is `shared` ({shared}) really shared with the nodes" in out and "Traceback" not in out, out

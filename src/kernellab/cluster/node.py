@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         code, status["error"] = 127, problem
     else:
         try:
-            code = run(plan, task)
+            code = run(plan, task, status)
         except KernellabError as e:
             print(f"kernellab: {e}", file=sys.stderr, flush=True)
             code, status["error"] = e.exit_code or 1, str(e)
@@ -50,8 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
-def run(plan: Plan, task: Task) -> int:
-    """Start the task in the image (or natively) and wait for it; its exit code."""
+def run(plan: Plan, task: Task, status: dict[str, Any] | None = None) -> int:
+    """Start the task in the image (or natively) and wait for it; its exit code. status gets the GPU mode
+    a docker or podman container was given."""
     workspace, cache = plan.workspace, Path(os.environ.get("KERNELLAB_CACHE") or Path(plan.rundir).parent.parent / "cache")
     cache.mkdir(parents=True, exist_ok=True)
     (workspace / plan.results_of(task)).mkdir(parents=True, exist_ok=True)
@@ -59,7 +60,7 @@ def run(plan: Plan, task: Task) -> int:
     from .. import proc
 
     if plan.runtime in ("docker", "podman"):
-        return _engine_run(plan, task, cache)
+        return _engine_run(plan, task, cache, {} if status is None else status)
     env = runtimes.container_env(task.env, os.environ)
     if plan.runtime == "none":
         child = {**os.environ, **task.env, "KERNELLAB_CACHE": str(cache),
@@ -76,14 +77,18 @@ def run(plan: Plan, task: Task) -> int:
     raise KernellabError(f"runtime {plan.runtime} is not known to this kernellab.")
 
 
-def _engine_run(plan: Plan, task: Task, cache: Path) -> int:
+def _engine_run(plan: Plan, task: Task, cache: Path, status: dict[str, Any]) -> int:
     from .. import containers, engine
 
     eng = engine.by_name(plan.runtime)
     ensure_loaded(eng, plan.image)
     os.environ["KERNELLAB_CACHE"] = str(cache)
-    mode: bool | str = True if not plan.gpu_mode else (False if plan.gpu_mode == "none" else plan.gpu_mode)
-    return containers.run(plan.image["id"], task.argv, gpu=mode, env=task.env, repo=plan.workspace, engine=eng)
+    # The profile's mode, else the best this node's engine offers: recorded, since it decides which GPUs
+    # the container sees.
+    mode = plan.gpu_mode or containers.best_gpu_mode(eng) or "none"
+    status["gpu_mode"] = mode
+    gpu: bool | str = False if mode == "none" else mode
+    return containers.run(plan.image["id"], task.argv, gpu=gpu, env=task.env, repo=plan.workspace, engine=eng)
 
 
 def ensure_loaded(eng: Any, image: Mapping[str, Any]) -> None:

@@ -257,11 +257,40 @@ def _submit(plan: Plan, profile: Profile, indices: dict[str, list[int]], out: IO
                   file=out, flush=True)
     except BaseException:
         slurm.cancel(submitted)  # half a run submitted is worse than none: the user reruns it whole
+        if submitted:
+            print(f"cancelled job(s) {', '.join(submitted)} (scancel): the run was not submitted whole",
+                  file=out, flush=True)
         raise
 
 
+#: Slurm's states in the words of a run's progress (any other state is printed as Slurm names it).
+PROGRESS = {"PENDING": "pending", "REQUEUED": "pending", "CONFIGURING": "running", "RUNNING": "running",
+            "COMPLETING": "running", "COMPLETED": "done", "FAILED": "failed", "NODE_FAIL": "failed",
+            "OUT_OF_MEMORY": "failed", "BOOT_FAIL": "failed", "TIMEOUT": "timed out", "CANCELLED": "cancelled",
+            "PREEMPTED": "preempted", "SUSPENDED": "suspended"}
+
+
+def progress_word(st: slurm.TaskState) -> str:
+    """`pending (resources)`, `running on node17`, `done`, `failed`, ...: one task's state as printed."""
+    word = PROGRESS.get(st.state, st.state.lower())
+    if st.state == "PENDING" and st.reason and st.reason != "None":  # Slurm's "(None)": no reason yet
+        return f"{word} ({st.reason})"
+    if st.state == "RUNNING" and st.reason:
+        return f"{word} on {st.reason}"
+    return word
+
+
+def progress_counts(words: Sequence[str]) -> str:
+    """`2 done, 1 running, 1 pending of 4`: how many tasks are in each state, in the order a run goes."""
+    order = ["done", "running", "pending", "failed", "timed out", "cancelled", "preempted"]
+    heads = [next((o for o in order if w.startswith(o)), w) for w in words]
+    counts = {h: heads.count(h) for h in dict.fromkeys(order + heads) if h in heads}
+    return ", ".join(f"{n} {h}" for h, n in counts.items()) + f" of {len(words)}"
+
+
 def _follow(plan: Plan, pairs: Sequence[tuple[Task, str]], out: IO[str], poll_s: float | None) -> list[Outcome]:
-    """Poll until every (task, its array job) has ended, printing each change of state; Ctrl-C cancels the jobs."""
+    """Poll until every (task, its array job) has ended, printing each change of state and then how many
+    tasks are in each; Ctrl-C cancels the jobs."""
     import os
 
     poll = poll_s if poll_s is not None else float(os.environ.get("KERNELLAB_POLL_S") or POLL_S)
@@ -274,6 +303,7 @@ def _follow(plan: Plan, pairs: Sequence[tuple[Task, str]], out: IO[str], poll_s:
     ended: dict[str, slurm.TaskState] = {}
     try:
         while len(ended) < len(tasks):
+            changed = False
             found = slurm.states(jobs)
             for t in tasks:
                 if t.key in ended:
@@ -285,13 +315,14 @@ def _follow(plan: Plan, pairs: Sequence[tuple[Task, str]], out: IO[str], poll_s:
                         ended[t.key] = last.get(t.key, slurm.TaskState("UNKNOWN"))
                     continue
                 last[t.key] = st
-                word = st.state + (f" ({st.reason})" if st.state == "PENDING" and st.reason else "") + \
-                    (f" on {st.reason}" if st.state == "RUNNING" and st.reason else "")
+                word = progress_word(st)
                 if seen.get(t.key) != word:
-                    seen[t.key] = word
-                    print(f"  {t.key}: {word.lower()}", file=out, flush=True)
+                    seen[t.key], changed = word, True
+                    print(f"  {t.key}: {word}", file=out, flush=True)
                 if st.final:
                     ended[t.key] = st
+            if changed and len(tasks) > 1:
+                print(f"  [{progress_counts([seen.get(t.key, 'pending') for t in tasks])}]", file=out, flush=True)
             if len(ended) < len(tasks):
                 time.sleep(poll)
     except KeyboardInterrupt:
@@ -325,6 +356,12 @@ def _outcome(plan: Plan, task: Task, st: slurm.TaskState) -> Outcome:
         if code == 0:
             return Outcome(task, "done", "", status, log)
         return Outcome(task, "failed", status.get("error") or f"exited with {code}", status, log)
+    shared = Path(plan.rundir).parent.parent
+    if not log and st.state not in ("TIMEOUT", "CANCELLED", "PREEMPTED", "NODE_FAIL"):
+        # Slurm opens the task's log before anything runs: no log at all means the node never saw the folder.
+        return Outcome(task, "lost", f"ended ({st.state.lower()}) without writing its log or "
+                                     f"status file into {plan.rundir}: is `shared` ({shared}) really shared with the "
+                                     "nodes, at the same path on each?", {}, log)
     words = {"TIMEOUT": ("timeout", "ran past its time limit"),
              "CANCELLED": ("cancelled", "was cancelled"),
              "PREEMPTED": ("preempted", "was preempted by another job"),
@@ -335,7 +372,7 @@ def _outcome(plan: Plan, task: Task, st: slurm.TaskState) -> Outcome:
         state, detail = words[st.state]
         return Outcome(task, state, detail, {}, log)
     return Outcome(task, "lost", f"ended ({st.state.lower()}) but its status file never appeared at {path}: is "
-                                 f"`shared` ({Path(plan.rundir).parent.parent}) really shared with the nodes?", {}, log)
+                                 f"`shared` ({shared}) really shared with the nodes?", {}, log)
 
 
 def _log(plan: Plan, task: Task) -> str:
@@ -390,6 +427,7 @@ def record(plan: Plan, outcomes: Sequence[Outcome], local: Path) -> Path:
     """results/<run>/cluster.json: the run (its shared folder, image, jobs) and each task's outcome."""
     local.mkdir(parents=True, exist_ok=True)
     doc = {"run": plan.run, "kind": plan.kind, "rundir": plan.rundir, "runtime": plan.runtime,
+           "gpu_mode": plan.gpu_mode,
            "image": plan.image, "jobs": plan.jobs, "select": plan.select, "argv": plan.argv,
            "written": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
            "tasks": [{"gpu": o.task.gpu, "index": o.task.index, "name": o.task.name, "state": o.state,

@@ -12,7 +12,8 @@ import shutil
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from .. import gpu
+from .. import gpu, proc
+from ..errors import KernellabError
 
 WORKSPACE, CACHE = "/workspace", "/cache"
 #: Host variables a task's container keeps in the runtimes that start from a clean environment.
@@ -105,6 +106,18 @@ def missing_tool(runtime: str) -> str | None:
     if runtime not in TOOLS:
         return None
     tool, how = TOOLS[runtime]
-    if shutil.which(tool):
-        return None
-    return f"runtime {runtime} is not available on node {os.uname().nodename}: `{tool}` is not on PATH; {how}."
+    node = os.uname().nodename
+    if not shutil.which(tool):
+        return f"runtime {runtime} is not available on node {node}: `{tool}` is not on PATH; {how}."
+    if runtime == "enroot" and "--container-image" not in _srun_help():
+        return f"runtime enroot is not available on node {node}: srun has no --container-image (pyxis is not loaded); {how}."
+    return None
+
+
+def _srun_help() -> str:
+    """srun's option list, which the pyxis plugin extends with --container-image."""
+    try:
+        r = proc.run(["srun", "--help"], check=False, timeout=30)
+    except KernellabError:
+        return ""
+    return r.stdout + r.stderr

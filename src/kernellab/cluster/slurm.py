@@ -1,12 +1,15 @@
 """Slurm: the sbatch script of one GPU type's array, submission, task states, cancellation.
 
-Only the client commands are used (sbatch, squeue, scontrol, scancel), never slurmrestd: they are
-what every cluster's login node has. sacct is not needed (many clusters run without accounting):
-a task's state comes from squeue while it is queued or running, then from `scontrol show job`
-(for MinJobAge after it ends), and its exit code from the status file the task itself writes.
+Only the client commands are used (sbatch, squeue, scontrol, scancel, sacct), never slurmrestd: they
+are what every cluster's login node has. A task's state comes from squeue while it is queued or
+running, then from `scontrol show job` (for MinJobAge after it ends), and its exit code from the
+status file the task itself writes. sacct is a fallback, not a need (many clusters run without
+accounting): it is asked only about an array job of which squeue and scontrol know no task any more,
+and only where `scontrol show config` names an accounting storage (decided once per process).
 """
 from __future__ import annotations
 
+import functools
 import re
 import shlex
 from dataclasses import dataclass
@@ -14,7 +17,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .. import proc
-from ..errors import ClusterError, CommandError
+from ..errors import ClusterError, CommandError, KernellabError
 from .plan import Plan
 from .profile import Profile
 
@@ -27,7 +30,7 @@ FINAL = {"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "PREEMPTED", "NODE_FAIL"
 class TaskState:
     state: str          # PENDING, RUNNING, COMPLETED, FAILED, TIMEOUT, ... (Slurm's words)
     reason: str = ""    # squeue's reason (Resources, Priority) or the node it runs on
-    exit: str = ""      # scontrol's ExitCode=code:signal
+    exit: str = ""      # scontrol's or sacct's ExitCode, code:signal
 
     @property
     def final(self) -> bool:
@@ -106,6 +109,9 @@ def states(jobs: Sequence[str]) -> dict[tuple[str, int], TaskState]:
             parsed = parse_scontrol(line)
             if parsed and parsed[0] not in found:
                 found[parsed[0]] = parsed[1]
+    known = {job for job, _ in found}
+    for key, st in accounted([j for j in jobs if j not in known]).items():
+        found.setdefault(key, st)
     return found
 
 
@@ -126,6 +132,45 @@ def parse_scontrol(line: str) -> tuple[tuple[str, int], TaskState] | None:
         return None
     return (job, int(task)), TaskState(fields.get("JobState", "UNKNOWN"), fields.get("Reason", ""),
                                       fields.get("ExitCode", ""))
+
+
+@functools.lru_cache(maxsize=1)
+def accounting() -> bool:
+    """Whether the cluster keeps accounting that sacct can read (asked once per process; never raises)."""
+    if not proc.which("sacct"):
+        return False
+    try:
+        r = proc.run(["scontrol", "show", "config"], check=False, timeout=60)
+    except (CommandError, KernellabError):
+        return False
+    m = re.search(r"^AccountingStorageType\s*=\s*(\S+)", r.stdout, re.MULTILINE)
+    return r.ok and m is not None and m.group(1) != "accounting_storage/none"
+
+
+def accounted(jobs: Sequence[str]) -> dict[tuple[str, int], TaskState]:
+    """sacct's state of every task of the array jobs; nothing without accounting or when sacct refuses."""
+    found: dict[tuple[str, int], TaskState] = {}
+    if not jobs or not accounting():
+        return found
+    try:  # -X: the allocation only, not its steps (123_4.batch); -j sets the start time to the epoch
+        r = proc.run(["sacct", "-n", "-P", "-X", "-j", ",".join(jobs), "-o", "JobID,State,ExitCode"],
+                     check=False, timeout=60)
+    except (CommandError, KernellabError):
+        return found
+    for line in r.stdout.splitlines() if r.ok else []:
+        parsed = parse_sacct(line)
+        if parsed:
+            found[parsed[0]] = parsed[1]
+    return found
+
+
+def parse_sacct(line: str) -> tuple[tuple[str, int], TaskState] | None:
+    """`123_4|CANCELLED by 0|0:15` -> ((123, 4), CANCELLED, exit 0:15); plain jobs and `123_[5-9]` are skipped."""
+    parts = line.strip().split("|")
+    m = re.fullmatch(r"(\d+)_(\d+)", parts[0]) if len(parts) == 3 else None
+    if not m or not parts[1].strip():
+        return None
+    return (m.group(1), int(m.group(2))), TaskState(parts[1].split()[0], "", parts[2].strip())
 
 
 def cancel(jobs: Sequence[str]) -> None:
