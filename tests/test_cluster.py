@@ -127,6 +127,9 @@ def test_a_minimal_profile_takes_the_defaults(tmp_path: Path) -> None:
     ('charliecloud_format = "tar"', "charliecloud_format"),
     ('modules = "cuda"', "modules"),
     ("kubernetes = 3", "kubernetes"),
+    ('sbatch = ["--mem=8G", "--output=/home/me/%j.log"]', "--output=/home/me/%j.log"),
+    ('sbatch = ["-o /tmp/x.log"]', "leave those options out"),
+    ('sbatch = ["--chdir=/home/me"]', "--chdir"),
 ])
 def test_a_bad_value_is_one_sentence_naming_the_file_and_the_key(tmp_path: Path, line: str, key: str) -> None:
     path = write(tmp_path / "lab" / "cluster.toml", line + "\n" + MINIMAL)
@@ -545,6 +548,9 @@ def test_enroot_needs_pyxis_not_just_srun(tmp_path: Path, monkeypatch: pytest.Mo
     assert runtimes.TOOLS["enroot"][1] in message
     write(tmp_path / "srun", "#!/bin/sh\necho '      --container-image=[USER@][REGISTRY#]IMAGE[:TAG]|PATH'\n")
     assert runtimes.missing_tool("enroot") is None
+    write(tmp_path / "srun", "#!/bin/sh\necho 'srun: error: invalid plugin' >&2\nexit 1\n")
+    message = runtimes.missing_tool("enroot")
+    assert message is not None and "`srun --help` failed" in message
 
 
 def test_runtime_none_needs_no_tool(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -702,11 +708,14 @@ def test_outcome_from_the_status_file_or_slurms_state(tmp_path: Path, monkeypatc
     o = runs._outcome(p, timed_out, slurm.TaskState("TIMEOUT", "TimeLimit", "0:15"))
     assert (o.state, o.detail, o.status, o.log) == ("timeout", "ran past its time limit", {}, "")
     assert runs._outcome(p, timed_out, slurm.TaskState("CANCELLED")).state == "cancelled"
-    # Failed with neither log nor status: Slurm could not even open the log, so the node never saw the folder.
-    for state in ("FAILED", "COMPLETED"):
+    # Ended with neither log nor status: Slurm could not even open the log, so the node never saw the folder.
+    for state, outcome, said in (("FAILED", "failed", "failed (exit 1:0) "), ("COMPLETED", "lost", "ended (completed) ")):
         o = runs._outcome(p, timed_out, slurm.TaskState(state, exit="1:0"))
-        assert o.state == "lost" and f"without writing its log or status file into {p.rundir}" in o.detail
+        assert o.state == outcome and f"{said}without writing its log or status file into {p.rundir}" in o.detail
         assert "`shared`" in o.detail and str(tmp_path / "shared") in o.detail and "same path" in o.detail
+    # A task that never started has no log either, and says why instead.
+    assert runs._outcome(p, timed_out, slurm.TaskState("BOOT_FAIL")).detail == \
+        "never started: its node failed to boot (BOOT_FAIL)"
     write(Path(p.rundir) / "logs" / "a100-0-13.log", "python3: not found\n")
     o = runs._outcome(p, timed_out, slurm.TaskState("FAILED", exit="1:0"))
     assert o.state == "failed" and "exit 1:0" in o.detail
@@ -883,6 +892,7 @@ def test_a_container_task_records_the_gpu_mode_it_was_given(tmp_path: Path, monk
                                                             attached: str | bool) -> None:
     from kernellab import containers, engine
 
+    monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path / "cache"))  # _engine_run sets it for the container
     p = make_plan(tmp_path, runtime="docker")
     p.gpu_mode = profile_mode
     given: list[Any] = []

@@ -117,3 +117,11 @@ def test_accounting_when_scontrol_fails(bin_dir: Path) -> None:
     fake(bin_dir, "scontrol", "echo 'slurm_load_ctl_conf error: Unable to contact slurm controller' >&2; exit 1")
     slurm.accounting.cache_clear()
     assert not slurm.accounting()
+
+
+def test_a_live_state_in_the_accounting_of_a_forgotten_job_is_stale_and_left_out(bin_dir: Path) -> None:
+    # slurmctld knows every live job: sacct's RUNNING for one it forgot is a runaway record, and
+    # following it would never end; left out, the task's status file decides.
+    cluster(bin_dir, "accounting_storage/slurmdbd", sacct="500_0|RUNNING|0:0\n500_1|COMPLETED|0:0\n")
+    found = slurm.states(["500"])
+    assert sorted(found) == [("500", 1)] and found[("500", 1)].state == "COMPLETED"

@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(kThreads)
     const T* kt = ks + stage * kBKV * kLd;
     const T* vt = vs + stage * kBKV * kLd;
 
-    // Scores: per tile 16 queries x 64 keys, as 8 accumulator tiles of 16x8.
+    // Scores: per tile 16 queries x kBKV keys, as kBKV / 8 accumulator tiles of 16x8.
     float s[MT][kBKV / 8][4] = {};
 #pragma unroll
     for (int c = 0; c < D / 16; ++c) {
@@ -98,9 +98,13 @@ __global__ void __launch_bounds__(kThreads)
         kl::ldmatrix_x4(r, kt + (j * 16 + (lane / 16) * 8 + lane % 8) * kLd + c * 16 + ((lane / 8) % 2) * 8);
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
-          const uint32_t(&a)[4] = kQInRegs ? qf[kQInRegs ? c : 0] : qm[m];
-          kl::mma_16816<T>(s[m][2 * j], a, r[0], r[1]);
-          kl::mma_16816<T>(s[m][2 * j + 1], a, r[2], r[3]);
+          if constexpr (kQInRegs) {  // the one tile's queries, loaded once
+            kl::mma_16816<T>(s[m][2 * j], qf[c], r[0], r[1]);
+            kl::mma_16816<T>(s[m][2 * j + 1], qf[c], r[2], r[3]);
+          } else {  // tile m's queries, just read from shared memory
+            kl::mma_16816<T>(s[m][2 * j], qm[m], r[0], r[1]);
+            kl::mma_16816<T>(s[m][2 * j + 1], qm[m], r[2], r[3]);
+          }
         }
       }
     }
@@ -178,6 +182,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int m = 0; m < MT; ++m) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
+      // Every lane shuffles before any leaves for a row past the sequence: the quad's four must all take part.
       float total = row_sum[m][h] + kl::shfl_xor(row_sum[m][h], 1);
       total += kl::shfl_xor(total, 2);
       const float inv = 1.f / total;  // no valid key: 0 / 0 = NaN, as in the reference

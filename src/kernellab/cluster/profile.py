@@ -139,13 +139,18 @@ def load(path: str | os.PathLike) -> Profile:
     load_images = data.get("load_images", True)
     if not isinstance(load_images, bool):
         raise ClusterError(f"load_images = {load_images!r} {where} must be true or false.")
+    sbatch = _strs(data, "sbatch", where)
+    moved = [o for o in sbatch if o.split("=")[0].split()[0] in ("--output", "-o", "--chdir", "-D")]
+    if moved:  # kernellab reads each task's log and results where it put them
+        raise ClusterError(f"sbatch = [{', '.join(repr(o) for o in moved)}] {where}: kernellab sets where a task's "
+                           "log goes and where it runs (the run's shared folder); leave those options out.")
     kube = data.get("kubernetes", {})
     if not isinstance(kube, dict):
         raise ClusterError(f"[kubernetes] {where} must be a table.")
     return Profile(path=path, shared=shared, gpu_types=gpu_types, scheduler=scheduler, runtime=runtime,
                    partition=_str(data, "partition", "", where), account=_str(data, "account", "", where),
                    qos=_str(data, "qos", "", where), time=time, throttle=throttle,
-                   modules=_strs(data, "modules", where), sbatch=_strs(data, "sbatch", where), gpu_mode=gpu_mode,
+                   modules=_strs(data, "modules", where), sbatch=sbatch, gpu_mode=gpu_mode,
                    python=_str(data, "python", "python3", where), charliecloud_format=ch_format, kubernetes=kube,
                    load_images=load_images)
 

@@ -304,7 +304,8 @@ def _follow(plan: Plan, pairs: Sequence[tuple[Task, str]], out: IO[str], poll_s:
     try:
         while len(ended) < len(tasks):
             changed = False
-            found = slurm.states(jobs)
+            # Only the arrays with tasks still to end: an ended array is not asked about again.
+            found = slurm.states([j for j in jobs if any(job_of[t.key] == j and t.key not in ended for t in tasks)])
             for t in tasks:
                 if t.key in ended:
                     continue
@@ -313,6 +314,7 @@ def _follow(plan: Plan, pairs: Sequence[tuple[Task, str]], out: IO[str], poll_s:
                     gone[t.key] = gone.get(t.key, 0) + 1
                     if gone[t.key] >= 2 or plan.status_file(t).exists():
                         ended[t.key] = last.get(t.key, slurm.TaskState("UNKNOWN"))
+                        seen[t.key], changed = "ended", True  # its outcome comes from its status file
                     continue
                 last[t.key] = st
                 word = progress_word(st)
@@ -357,16 +359,21 @@ def _outcome(plan: Plan, task: Task, st: slurm.TaskState) -> Outcome:
             return Outcome(task, "done", "", status, log)
         return Outcome(task, "failed", status.get("error") or f"exited with {code}", status, log)
     shared = Path(plan.rundir).parent.parent
-    if not log and st.state not in ("TIMEOUT", "CANCELLED", "PREEMPTED", "NODE_FAIL"):
-        # Slurm opens the task's log before anything runs: no log at all means the node never saw the folder.
-        return Outcome(task, "lost", f"ended ({st.state.lower()}) without writing its log or "
-                                     f"status file into {plan.rundir}: is `shared` ({shared}) really shared with the "
-                                     "nodes, at the same path on each?", {}, log)
+    # Slurm opens a started task's log before anything runs: a task that ran (or failed) without one
+    # wrote into a folder this machine does not see.
+    unseen = (f"without writing its log or status file into {plan.rundir}: is `shared` ({shared}) really shared "
+              "with the nodes, at the same path on each?")
+    if not log and st.state == "FAILED":
+        return Outcome(task, "failed", f"failed (exit {st.exit or '?'}) {unseen}", {}, log)
+    if not log and st.state in ("COMPLETED", "UNKNOWN"):
+        return Outcome(task, "lost", f"ended ({st.state.lower()}) {unseen}", {}, log)
     words = {"TIMEOUT": ("timeout", "ran past its time limit"),
              "CANCELLED": ("cancelled", "was cancelled"),
              "PREEMPTED": ("preempted", "was preempted by another job"),
              "NODE_FAIL": ("failed", "lost its node (NODE_FAIL)"),
              "OUT_OF_MEMORY": ("failed", "ran out of memory"),
+             "BOOT_FAIL": ("failed", "never started: its node failed to boot (BOOT_FAIL)"),
+             "DEADLINE": ("cancelled", "never finished: it reached its deadline (DEADLINE)"),
              "FAILED": ("failed", f"failed before kernellab's task runner reported (exit {st.exit or '?'})")}
     if st.state in words:
         state, detail = words[st.state]

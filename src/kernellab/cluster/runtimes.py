@@ -109,15 +109,20 @@ def missing_tool(runtime: str) -> str | None:
     node = os.uname().nodename
     if not shutil.which(tool):
         return f"runtime {runtime} is not available on node {node}: `{tool}` is not on PATH; {how}."
-    if runtime == "enroot" and "--container-image" not in _srun_help():
-        return f"runtime enroot is not available on node {node}: srun has no --container-image (pyxis is not loaded); {how}."
+    if runtime == "enroot":
+        options = _srun_help()
+        if options is None:
+            return f"runtime enroot cannot start on node {node}: `srun --help` failed there; {how}."
+        if "--container-image" not in options:
+            return (f"runtime enroot is not available on node {node}: srun has no --container-image (pyxis is not "
+                    f"loaded); {how}.")
     return None
 
 
-def _srun_help() -> str:
-    """srun's option list, which the pyxis plugin extends with --container-image."""
+def _srun_help() -> str | None:
+    """srun's option list, which the pyxis plugin extends with --container-image; None if srun fails."""
     try:
         r = proc.run(["srun", "--help"], check=False, timeout=30)
     except KernellabError:
-        return ""
-    return r.stdout + r.stderr
+        return None
+    return r.stdout + r.stderr if r.ok else None

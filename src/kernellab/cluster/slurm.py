@@ -111,7 +111,10 @@ def states(jobs: Sequence[str]) -> dict[tuple[str, int], TaskState]:
                 found[parsed[0]] = parsed[1]
     known = {job for job, _ in found}
     for key, st in accounted([j for j in jobs if j not in known]).items():
-        found.setdefault(key, st)
+        # Only an ended state: slurmctld knows every live job, so a RUNNING or PENDING in the accounting
+        # database for one it has forgotten is stale (a "runaway" record), and following it would never end.
+        if st.final:
+            found.setdefault(key, st)
     return found
 
 
@@ -141,7 +144,7 @@ def accounting() -> bool:
         return False
     try:
         r = proc.run(["scontrol", "show", "config"], check=False, timeout=60)
-    except (CommandError, KernellabError):
+    except KernellabError:
         return False
     m = re.search(r"^AccountingStorageType\s*=\s*(\S+)", r.stdout, re.MULTILINE)
     return r.ok and m is not None and m.group(1) != "accounting_storage/none"
@@ -155,7 +158,7 @@ def accounted(jobs: Sequence[str]) -> dict[tuple[str, int], TaskState]:
     try:  # -X: the allocation only, not its steps (123_4.batch); -j sets the start time to the epoch
         r = proc.run(["sacct", "-n", "-P", "-X", "-j", ",".join(jobs), "-o", "JobID,State,ExitCode"],
                      check=False, timeout=60)
-    except (CommandError, KernellabError):
+    except KernellabError:
         return found
     for line in r.stdout.splitlines() if r.ok else []:
         parsed = parse_sacct(line)
