@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
-def run(plan: Plan, task: Task, status: dict[str, Any] | None = None) -> int:
+def run(plan: Plan, task: Task, status: dict[str, Any]) -> int:
     """Start the task in the image (or natively) and wait for it; its exit code. status gets the GPU mode
     a docker or podman container was given."""
     workspace, cache = plan.workspace, Path(os.environ.get("KERNELLAB_CACHE") or Path(plan.rundir).parent.parent / "cache")
@@ -60,7 +60,7 @@ def run(plan: Plan, task: Task, status: dict[str, Any] | None = None) -> int:
     from .. import proc
 
     if plan.runtime in ("docker", "podman"):
-        return _engine_run(plan, task, cache, {} if status is None else status)
+        return _engine_run(plan, task, cache, status)
     env = runtimes.container_env(task.env, os.environ)
     if plan.runtime == "none":
         child = {**os.environ, **task.env, "KERNELLAB_CACHE": str(cache),

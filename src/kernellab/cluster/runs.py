@@ -305,7 +305,7 @@ def _follow(plan: Plan, pairs: Sequence[tuple[Task, str]], out: IO[str], poll_s:
         while len(ended) < len(tasks):
             changed = False
             # Only the arrays with tasks still to end: an ended array is not asked about again.
-            found = slurm.states([j for j in jobs if any(job_of[t.key] == j and t.key not in ended for t in tasks)])
+            found = slurm.states(list(dict.fromkeys(job_of[t.key] for t in tasks if t.key not in ended)))
             for t in tasks:
                 if t.key in ended:
                     continue

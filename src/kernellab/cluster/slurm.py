@@ -118,13 +118,21 @@ def states(jobs: Sequence[str]) -> dict[tuple[str, int], TaskState]:
     return found
 
 
-def parse_squeue(line: str) -> tuple[tuple[str, int], TaskState] | None:
-    """`123_4|RUNNING|node7` -> ((123, 4), RUNNING on node7); a pending array's `123_[5-9]` is expanded by -r."""
+def _array_record(line: str) -> tuple[tuple[str, int], list[str]] | None:
+    """`123_4|A|B` (squeue's and sacct's -P form) -> ((123, 4), [A, B]); anything else (a plain job, a
+    pending range `123_[5-9]`, a step) -> None."""
     parts = line.strip().split("|")
     m = re.fullmatch(r"(\d+)_(\d+)", parts[0]) if len(parts) == 3 else None
-    if not m:
+    return ((m.group(1), int(m.group(2))), parts[1:]) if m else None
+
+
+def parse_squeue(line: str) -> tuple[tuple[str, int], TaskState] | None:
+    """`123_4|RUNNING|node7` -> ((123, 4), RUNNING on node7); a pending array's `123_[5-9]` is expanded by -r."""
+    record = _array_record(line)
+    if not record:
         return None
-    return (m.group(1), int(m.group(2))), TaskState(parts[1], parts[2].strip("()"))
+    key, (state, reason) = record
+    return key, TaskState(state, reason.strip("()"))
 
 
 def parse_scontrol(line: str) -> tuple[tuple[str, int], TaskState] | None:
@@ -169,11 +177,11 @@ def accounted(jobs: Sequence[str]) -> dict[tuple[str, int], TaskState]:
 
 def parse_sacct(line: str) -> tuple[tuple[str, int], TaskState] | None:
     """`123_4|CANCELLED by 0|0:15` -> ((123, 4), CANCELLED, exit 0:15); plain jobs and `123_[5-9]` are skipped."""
-    parts = line.strip().split("|")
-    m = re.fullmatch(r"(\d+)_(\d+)", parts[0]) if len(parts) == 3 else None
-    if not m or not parts[1].strip():
+    record = _array_record(line)
+    if not record or not record[1][0].strip():
         return None
-    return (m.group(1), int(m.group(2))), TaskState(parts[1].split()[0], "", parts[2].strip())
+    key, (state, code) = record
+    return key, TaskState(state.split()[0], "", code.strip())
 
 
 def cancel(jobs: Sequence[str]) -> None:
