@@ -12,3 +12,10 @@ cudaError_t launch_attention(const __half* q, const __half* k, const __half* v, 
 cudaError_t launch_attention(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                              const int* lengths, __nv_bfloat16* o, int batch, int heads, int seq, int d,
                              cudaStream_t stream);
+// The same on Hopper's own path (attention_wgmma.cu: TMA, mbarriers, wgmma), for compute capability 9.0
+// only; cudaErrorNotSupported when the driver cannot encode its tensor maps.
+cudaError_t launch_attention_wgmma(const __half* q, const __half* k, const __half* v, const int* lengths, __half* o,
+                                   int batch, int heads, int seq, int d, cudaStream_t stream);
+cudaError_t launch_attention_wgmma(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                                   const int* lengths, __nv_bfloat16* o, int batch, int heads, int seq, int d,
+                                   cudaStream_t stream);

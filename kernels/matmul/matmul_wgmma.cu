@@ -9,13 +9,12 @@
 // here; other shapes go to the mma.sync kernel (matmul_tensorcore.cu).
 // The instructions exist only in sm_90a code; every other arch compiles an empty kernel, which the
 // op's `requires` (op.toml) keeps from being called.
-#include "kernellab.cuh"
+#include "hopper.cuh"
 #include "matmul.h"
 
-#include <cuda.h>          // CUtensorMap and its enums; the encoder comes through the runtime (no -lcuda)
-#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
-
 namespace {
+
+using namespace kl::hopper;
 
 constexpr int BM = 128, BN = 256, BK = 64, STAGES = 4;
 constexpr int CONSUMERS = 2;                       // warpgroups of 128 threads, 64 rows of the tile each
@@ -30,90 +29,8 @@ constexpr int ROW_BYTES = 128;  // a 64-element row of 16-bit values: one swizzl
 constexpr int B_BOXES = BN / 64;  // B arrives as 64-column boxes, BK rows of 128 bytes each
 constexpr int kGroupRows = 8;   // block order: down 8 tile rows, then right (L2 reuse)
 
-__device__ __forceinline__ uint32_t shared_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void bar_init(uint64_t* bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(shared_addr(bar)), "r"(count));
-}
-
-__device__ __forceinline__ void bar_expect(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(shared_addr(bar)), "r"(bytes)
-               : "memory");
-}
-
-__device__ __forceinline__ void bar_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(shared_addr(bar)) : "memory");
-}
-
-__device__ __forceinline__ uint64_t now_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %globaltimer;\n" : "=l"(t));
-  return t;
-}
-
-// Waits for the phase of `bar` with this parity to complete. A phase that never completes is a bug in
-// the pipeline (a wrong byte count, a wrong parity): after 10 s the kernel traps, so it fails with a
-// launch error instead of hanging the GPU.
-__device__ __forceinline__ void bar_wait(uint64_t* bar, uint32_t parity) {
-  uint32_t done = 0;
-  uint64_t since = 0;
-  while (true) {
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(shared_addr(bar)), "r"(parity)
-        : "memory");
-    if (done) return;
-    if (since == 0) {
-      since = now_ns();
-    } else if (now_ns() - since > 10000000000ull) {
-      __trap();
-    }
-  }
-}
-
-// One box of a 2-D tensor map (c0: the contiguous coordinate) into shared memory; the copy's bytes
-// count against `bar`'s expected transaction.
-__device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(
-          shared_addr(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(shared_addr(bar)), "r"(c0), "r"(c1)
-      : "memory");
-}
-
-// A shared-memory matrix descriptor for a 128-byte-swizzled operand (PTX ISA, "Matrix Descriptor Format"):
-// start address, leading and stride byte offsets, all in 16-byte units; layout type 1 = 128-byte swizzle.
-__device__ __forceinline__ uint64_t descriptor(uint32_t addr, uint32_t leading, uint32_t stride) {
-  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(leading >> 4) << 16) | (uint64_t(stride >> 4) << 32) |
-         (uint64_t(1) << 62);
-}
-
 template <typename T>
 struct Wgmma;
-
-#define KL_ACC8(d, i)                                                                                   \
-  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
-      "+f"(d[i + 7])
-#define KL_REGS128 \
-  "%0, %1, %2, %3, %4, %5, %6, %7, " \
-  "%8, %9, %10, %11, %12, %13, %14, %15, " \
-  "%16, %17, %18, %19, %20, %21, %22, %23, " \
-  "%24, %25, %26, %27, %28, %29, %30, %31, " \
-  "%32, %33, %34, %35, %36, %37, %38, %39, " \
-  "%40, %41, %42, %43, %44, %45, %46, %47, " \
-  "%48, %49, %50, %51, %52, %53, %54, %55, " \
-  "%56, %57, %58, %59, %60, %61, %62, %63, " \
-  "%64, %65, %66, %67, %68, %69, %70, %71, " \
-  "%72, %73, %74, %75, %76, %77, %78, %79, " \
-  "%80, %81, %82, %83, %84, %85, %86, %87, " \
-  "%88, %89, %90, %91, %92, %93, %94, %95, " \
-  "%96, %97, %98, %99, %100, %101, %102, %103, " \
-  "%104, %105, %106, %107, %108, %109, %110, %111, " \
-  "%112, %113, %114, %115, %116, %117, %118, %119, " \
-  "%120, %121, %122, %123, %124, %125, %126, %127"
 
 // d (64 x 256, fp32, this warpgroup's accumulators) += A (64 x 16, K-major) * B (16 x 256, N-major).
 #define KL_WGMMA(TYPE)                                                                                   \
@@ -123,10 +40,6 @@ struct Wgmma;
                  : KL_ACC128(d)                                                                         \
                  : "l"(a), "l"(b), "r"(1));                                                             \
   }
-#define KL_ACC128(d) \
-      KL_ACC8(d, 0), KL_ACC8(d, 8), KL_ACC8(d, 16), KL_ACC8(d, 24), KL_ACC8(d, 32), KL_ACC8(d, 40), KL_ACC8(d, 48), KL_ACC8(d, 56), \
-      KL_ACC8(d, 64), KL_ACC8(d, 72), KL_ACC8(d, 80), KL_ACC8(d, 88), KL_ACC8(d, 96), KL_ACC8(d, 104), KL_ACC8(d, 112), KL_ACC8(d, 120)
-
 template <>
 struct Wgmma<__half> {
   KL_WGMMA("f16")
@@ -135,10 +48,6 @@ template <>
 struct Wgmma<__nv_bfloat16> {
   KL_WGMMA("bf16")
 };
-
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
 
 template <typename T>
 __device__ __forceinline__ T pair(float x, float y);
@@ -182,7 +91,7 @@ __global__ void __launch_bounds__(THREADS, 1)
       bar_init(&full[s], 1);                    // the producer's arrive, plus the copies' bytes
       bar_init(&empty[s], CONSUMERS * 128);     // every consumer thread, once done with the slice
     }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    bar_init_fence();
   }
   __syncthreads();
 
@@ -226,7 +135,7 @@ __global__ void __launch_bounds__(THREADS, 1)
       Wgmma<T>::mma(d, descriptor(a0 + kk * 32, 16, 1024), descriptor(b0 + kk * 16 * ROW_BYTES, BK * ROW_BYTES, 1024));
     }
     wgmma_commit();
-    wgmma_wait_all();
+    wgmma_wait<0>();
     bar_arrive(&empty[s]);
   }
 
@@ -245,39 +154,11 @@ __global__ void __launch_bounds__(THREADS, 1)
 #endif
 }
 
+// A row-major rows x cols matrix read in boxes of box_rows x 64 columns.
 template <typename T>
-constexpr CUtensorMapDataType kTmaType = CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-template <>
-constexpr CUtensorMapDataType kTmaType<__nv_bfloat16> = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-
-// cuTensorMapEncodeTiled from the driver, through the runtime: the library links no libcuda.
-PFN_cuTensorMapEncodeTiled_v12000 encoder() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* found = nullptr;
-    cudaDriverEntryPointQueryResult result{};
-#if CUDART_VERSION >= 12050
-    const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &found, 12000, cudaEnableDefault,
-                                                           &result);
-#else
-    const cudaError_t e = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &found, cudaEnableDefault, &result);
-#endif
-    return e == cudaSuccess && result == cudaDriverEntryPointSuccess
-               ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(found)
-               : nullptr;
-  }();
-  return fn;
-}
-
-// A row-major rows x cols matrix read in boxes of box_rows x 64 columns, 128-byte swizzled.
-template <typename T>
-bool tensor_map(CUtensorMap* map, const T* base, int rows, int cols, int box_rows) {
+bool matrix_map(CUtensorMap* map, const T* base, int rows, int cols, int box_rows) {
   const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
-  const cuuint64_t strides[1] = {cuuint64_t(cols) * sizeof(T)};
-  const cuuint32_t box[2] = {64, cuuint32_t(box_rows)};
-  const cuuint32_t steps[2] = {1, 1};
-  return encoder()(map, kTmaType<T>, 2, const_cast<T*>(base), dims, strides, box, steps, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                   CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  return tensor_map(map, base, 2, dims, box_rows);
 }
 
 template <typename T>
@@ -288,7 +169,7 @@ cudaError_t launch(const T* a, const T* b, T* c, int m, int n, int k, cudaStream
   if (!tma) return launch_matmul_tensorcore(a, b, c, m, n, k, stream);
   // A driver without the tensor-map encoder, or one that refuses these maps: the mma.sync kernel instead.
   CUtensorMap map_a, map_b;
-  if (encoder() == nullptr || !tensor_map(&map_a, a, m, k, BM) || !tensor_map(&map_b, b, k, n, BK))
+  if (!matrix_map(&map_a, a, m, k, BM) || !matrix_map(&map_b, b, k, n, BK))
     return launch_matmul_tensorcore(a, b, c, m, n, k, stream);
   const cudaError_t raised =
       cudaFuncSetAttribute(matmul_wgmma_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
