@@ -11,6 +11,7 @@
 // `requires` (op.toml) keeps from being called.
 #include "attention.h"
 #include "hopper.cuh"
+#include "mma.cuh"  // kl::pack2
 
 namespace {
 
@@ -78,19 +79,6 @@ template <int N>
 __device__ __forceinline__ void fence_operands(float (&d)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-
-template <typename T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi);
-template <>
-__device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
-  const __half2 h = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
-template <>
-__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&h);
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
@@ -211,8 +199,8 @@ __global__ void __launch_bounds__(THREADS, 1)
         sc[4 * j + e] = kl::fast_exp2(sc[4 * j + e] - row_max[e / 2]);
         row_sum[e / 2] += sc[4 * j + e];
       }
-      p[j / 2][(j % 2) * 2] = pack2<T>(sc[4 * j], sc[4 * j + 1]);
-      p[j / 2][(j % 2) * 2 + 1] = pack2<T>(sc[4 * j + 2], sc[4 * j + 3]);
+      p[j / 2][(j % 2) * 2] = kl::pack2<T>(sc[4 * j], sc[4 * j + 1]);
+      p[j / 2][(j % 2) * 2 + 1] = kl::pack2<T>(sc[4 * j + 2], sc[4 * j + 3]);
     }
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) {
@@ -247,7 +235,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     T* out = o + (size_t(bh) * seq + row) * D;
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) {
-      *reinterpret_cast<uint32_t*>(out + j * 8 + t2) = pack2<T>(acc[4 * j + 2 * h] * inv, acc[4 * j + 2 * h + 1] * inv);
+      *reinterpret_cast<uint32_t*>(out + j * 8 + t2) = kl::pack2<T>(acc[4 * j + 2 * h] * inv, acc[4 * j + 2 * h + 1] * inv);
     }
   }
 #endif

@@ -25,6 +25,9 @@ void check(const char* op, const at::Tensor& q, const at::Tensor& k, const at::T
   const int64_t d = q.size(3);
   TORCH_CHECK(d == 64 || d == 128, op, ": head size (q's last dim) must be 64 or 128, got ", kl::str(d));
   TORCH_CHECK(q.numel() <= std::numeric_limits<int>::max(), op, ": q must have fewer than 2^31 elements");
+  // One grid row per (batch, head): CUDA allows 65535.
+  TORCH_CHECK(q.size(0) * q.size(1) <= 65535, op, ": batch * heads is ", kl::str(q.size(0) * q.size(1)),
+              "; at most 65535 are supported");
   kl::check_aligned16(q, op, "q");
   kl::check_aligned16(k, op, "k");
   kl::check_aligned16(v, op, "v");

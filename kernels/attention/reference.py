@@ -39,3 +39,5 @@ def shape_errors(q, k, v, lengths):
     yield (q, k[:, :, :-1], v, lengths), "k has shape"
     yield (q, k, v, lengths[:-1] if len(lengths) > 1 else lengths.repeat(2)), "lengths has shape"
     yield (q[..., :48].contiguous(), k[..., :48].contiguous(), v[..., :48].contiguous(), lengths), "head size"
+    many = q.new_zeros((65536, 1, 1, 64))  # one grid row per (batch, head): CUDA allows 65535
+    yield (many, many, many, lengths.new_ones(65536)), "batch \\* heads"
