@@ -138,6 +138,16 @@ inline PFN_cuTensorMapEncodeTiled_v12000 encoder() {
   return fn;
 }
 
+// Whether ptxas gave `kernel` exactly `count` registers per thread in the code this GPU runs. A kernel that
+// splits its registers between warpgroups with setmaxnreg counts on that figure: with fewer, the consumers'
+// increase is never granted and they wait forever, so its launcher asks this first (once; it costs
+// microseconds).
+template <typename Kernel>
+bool registers_are(Kernel* kernel, int count) {
+  cudaFuncAttributes attributes{};
+  return cudaFuncGetAttributes(&attributes, kernel) == cudaSuccess && attributes.numRegs == count;
+}
+
 template <typename T>
 constexpr CUtensorMapDataType kTmaType = CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
 template <>

@@ -185,7 +185,7 @@ __global__ void __launch_bounds__(kThreads)
       // Every lane shuffles before any leaves for a row past the sequence: the quad's four must all take part.
       float total = row_sum[m][h] + kl::shfl_xor(row_sum[m][h], 1);
       total += kl::shfl_xor(total, 2);
-      const float inv = 1.f / total;  // no valid key: 0 / 0 = NaN, as in the reference
+      const float inv = 1.f / total;  // no valid key: 0 * (1 / 0) = NaN, as in the reference
       const int row = q0 + m * 64 + warp * 16 + g + h * 8;
       if (row >= seq) continue;
       T* out = o + base + size_t(row) * D;

@@ -7,6 +7,9 @@
 
 // o = softmax(q k^T / sqrt(d), keys j >= lengths[b] masked) v, for q, k, v, o of shape
 // (batch, heads, seq, d) contiguous and lengths (batch,) int32 on the device; d is 64 or 128.
+// Masked keys get no weight, but, as in the reference and SDPA, their values must be finite: the wgmma
+// kernel multiplies the padding rows of v in the last key block by 0, and 0 * NaN is NaN. (The mma.sync
+// kernel does not read values past lengths[b].)
 cudaError_t launch_attention(const __half* q, const __half* k, const __half* v, const int* lengths, __half* o,
                              int batch, int heads, int seq, int d, cudaStream_t stream);
 cudaError_t launch_attention(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,

@@ -20,6 +20,7 @@ using namespace kl::hopper;
 constexpr int kBQ = 128, kBKV = 128, STAGES = 2;
 constexpr int CONSUMERS = 2;                     // warpgroups of 128 threads, 64 queries each
 constexpr int THREADS = 128 * (1 + CONSUMERS);  // warpgroup 0 produces
+constexpr int kRegisters = 65536 / THREADS / 8 * 8;  // per thread at one block per SM: 168
 
 template <int D>
 struct Layout {
@@ -134,7 +135,8 @@ __global__ void __launch_bounds__(THREADS, 1)
   }
 
   // 240 registers for each consumer thread, 24 for each producer thread: 168 (the kernel's count under
-  // __launch_bounds__(384, 1)) times 384 threads.
+  // __launch_bounds__(384, 1)) times 384 threads. With fewer from ptxas, the increase could never be
+  // granted and the consumers would wait forever: launch_d refuses to launch unless the count is 168.
   asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
   const int rows = (warpgroup - 1) * 64;  // this consumer's queries in the block
   const int warp = t / 32, lane = t % 32;
@@ -229,7 +231,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     // Every lane shuffles before any leaves for a row past the sequence: the quad's four must all take part.
     float total = row_sum[h] + kl::shfl_xor(row_sum[h], 1);
     total += kl::shfl_xor(total, 2);
-    const float inv = 1.f / total;  // no valid key: 0 / 0 = NaN, as in the reference
+    const float inv = 1.f / total;  // no valid key: 0 * (1 / 0) = NaN, as in the reference
     const int row = q0 + rows + warp * 16 + g + h * 8;
     if (row >= seq) continue;
     T* out = o + (size_t(bh) * seq + row) * D;
@@ -238,6 +240,8 @@ __global__ void __launch_bounds__(THREADS, 1)
       *reinterpret_cast<uint32_t*>(out + j * 8 + t2) = kl::pack2<T>(acc[4 * j + 2 * h] * inv, acc[4 * j + 2 * h + 1] * inv);
     }
   }
+#elif defined(__CUDA_ARCH__)
+  __trap();  // a library without sm_90a code, run on a 9.0 GPU anyway: fail the launch, never return garbage
 #endif
 }
 
@@ -256,6 +260,8 @@ cudaError_t launch_d(const T* q, const T* k, const T* v, const int* lengths, T* 
   if (!qkv_map(&map_q, q, bh, seq, D, kBQ) || !qkv_map(&map_k, k, bh, seq, D, kBKV) ||
       !qkv_map(&map_v, v, bh, seq, D, kBKV))
     return cudaErrorNotSupported;  // no tensor-map encoder in this driver, or it refused the maps
+  static const bool planned = registers_are(attention_wgmma_kernel<T, D>, kRegisters);
+  if (!planned) return cudaErrorInvalidDeviceFunction;
   constexpr int kSmem = Layout<D>::SMEM;
   const cudaError_t raised =
       cudaFuncSetAttribute(attention_wgmma_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);

@@ -51,8 +51,8 @@ void attention_wgmma(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
                      at::Tensor& out) {
   constexpr const char* kOp = "attention_wgmma";
   check(kOp, q, k, v, lengths, out);
-  const c10::cuda::CUDAGuard guard(q.device());
   kl::check_exact_capability(q, 9, 0, kOp, "sm_90a (wgmma, TMA)");
+  const c10::cuda::CUDAGuard guard(q.device());
   kl::check_launch(kl::dispatch_half(q.scalar_type(), [&](auto type) {
     using T = typename decltype(type)::type;
     return launch_attention_wgmma(kl::ptr<T>(q), kl::ptr<T>(k), kl::ptr<T>(v), lengths.data_ptr<int>(),

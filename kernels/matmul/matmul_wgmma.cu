@@ -115,7 +115,8 @@ __global__ void __launch_bounds__(THREADS, 1)
   }
 
   // 232 for each consumer thread, 40 for each producer thread: 168 (ptxas' figure for this kernel, which
-  // -Xptxas=-v shows) times 384 threads. Should ptxas ever report another count, these must change with it.
+  // -Xptxas=-v shows) times 384 threads. Should ptxas ever report another count, these must change with it;
+  // until then launch() refuses to launch.
   asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
   const int rows = (warpgroup - 1) * 64;  // this consumer's rows of the tile
   float d[128];
@@ -151,6 +152,8 @@ __global__ void __launch_bounds__(THREADS, 1)
     if (r0 < m) *reinterpret_cast<T2*>(c + size_t(r0) * n + col) = pair<T2>(d[4 * j], d[4 * j + 1]);
     if (r0 + 8 < m) *reinterpret_cast<T2*>(c + size_t(r0 + 8) * n + col) = pair<T2>(d[4 * j + 2], d[4 * j + 3]);
   }
+#elif defined(__CUDA_ARCH__)
+  __trap();  // a library without sm_90a code, run on a 9.0 GPU anyway: fail the launch, never return garbage
 #endif
 }
 
@@ -171,6 +174,8 @@ cudaError_t launch(const T* a, const T* b, T* c, int m, int n, int k, cudaStream
   CUtensorMap map_a, map_b;
   if (!matrix_map(&map_a, a, m, k, BM) || !matrix_map(&map_b, b, k, n, BK))
     return launch_matmul_tensorcore(a, b, c, m, n, k, stream);
+  static const bool planned = registers_are(matmul_wgmma_kernel<T>, 168);  // the setmaxnreg split's premise
+  if (!planned) return cudaErrorInvalidDeviceFunction;
   const cudaError_t raised =
       cudaFuncSetAttribute(matmul_wgmma_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
   if (raised != cudaSuccess) return raised;
