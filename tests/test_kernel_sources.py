@@ -1,6 +1,6 @@
 """Every CUDA op's kernels compile on a machine without a GPU or a CUDA build of torch: the `.cu` files
 include no torch headers, so the machine's own nvcc builds them with torch's nvcc defines (half
-operators off) for sm_80 and for each arch-specific variant an op requires (sm_90a for matmul's wgmma).
+operators off) for sm_80 and for each arch-specific variant an op requires (sm_90a for the wgmma matmul and attention).
 This is the check CI can make of kernel code it cannot run; the GPU machine runs them (test_kernels.py).
 """
 from __future__ import annotations
