@@ -138,6 +138,10 @@ inline PFN_cuTensorMapEncodeTiled_v12000 encoder() {
   return fn;
 }
 
+// Registers per thread in a kernel of `threads` threads under __launch_bounds__(threads, 1): the SM's 65536
+// shared out in ptxas' steps of 8 (168 for 384 threads). setmaxnreg can only move these between warpgroups.
+constexpr int registers_per_thread(int threads) { return 65536 / threads / 8 * 8; }
+
 // Whether ptxas gave `kernel` exactly `count` registers per thread in the code this GPU runs. A kernel that
 // splits its registers between warpgroups with setmaxnreg counts on that figure: with fewer, the consumers'
 // increase is never granted and they wait forever, so its launcher asks this first (once; it costs

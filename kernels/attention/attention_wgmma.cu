@@ -20,7 +20,6 @@ using namespace kl::hopper;
 constexpr int kBQ = 128, kBKV = 128, STAGES = 2;
 constexpr int CONSUMERS = 2;                     // warpgroups of 128 threads, 64 queries each
 constexpr int THREADS = 128 * (1 + CONSUMERS);  // warpgroup 0 produces
-constexpr int kRegisters = 65536 / THREADS / 8 * 8;  // per thread at one block per SM: 168
 
 template <int D>
 struct Layout {
@@ -260,7 +259,7 @@ cudaError_t launch_d(const T* q, const T* k, const T* v, const int* lengths, T* 
   if (!qkv_map(&map_q, q, bh, seq, D, kBQ) || !qkv_map(&map_k, k, bh, seq, D, kBKV) ||
       !qkv_map(&map_v, v, bh, seq, D, kBKV))
     return cudaErrorNotSupported;  // no tensor-map encoder in this driver, or it refused the maps
-  static const bool planned = registers_are(attention_wgmma_kernel<T, D>, kRegisters);
+  static const bool planned = registers_are(attention_wgmma_kernel<T, D>, registers_per_thread(THREADS));
   if (!planned) return cudaErrorInvalidDeviceFunction;
   constexpr int kSmem = Layout<D>::SMEM;
   const cudaError_t raised =

@@ -11,6 +11,7 @@
 // op's `requires` (op.toml) keeps from being called.
 #include "hopper.cuh"
 #include "matmul.h"
+#include "mma.cuh"  // kl::pack2
 
 namespace {
 
@@ -49,21 +50,7 @@ struct Wgmma<__nv_bfloat16> {
   KL_WGMMA("bf16")
 };
 
-template <typename T>
-__device__ __forceinline__ T pair(float x, float y);
-template <>
-__device__ __forceinline__ __half2 pair<__half2>(float x, float y) { return __floats2half2_rn(x, y); }
-template <>
-__device__ __forceinline__ __nv_bfloat162 pair<__nv_bfloat162>(float x, float y) { return __floats2bfloat162_rn(x, y); }
-
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
-
-template <typename T>
-struct Pair;
-template <>
-struct Pair<__half> { using type = __half2; };
-template <>
-struct Pair<__nv_bfloat16> { using type = __nv_bfloat162; };
 
 template <typename T>
 __global__ void __launch_bounds__(THREADS, 1)
@@ -142,15 +129,14 @@ __global__ void __launch_bounds__(THREADS, 1)
 
   // Accumulator layout of m64nNk16: warp w holds rows 16w .. 16w + 15; for each 8-column block j, lane l
   // holds row l / 4 (and + 8) at columns 2 (l % 4) and + 1.
-  using T2 = typename Pair<T>::type;
   const int warp = t / 32, lane = t % 32;
   const int r0 = row0 + rows + warp * 16 + lane / 4;
 #pragma unroll
   for (int j = 0; j < BN / 8; ++j) {
     const int col = col0 + j * 8 + (lane % 4) * 2;  // even, and n is a multiple of 8: col + 1 < n too
     if (col >= n) continue;
-    if (r0 < m) *reinterpret_cast<T2*>(c + size_t(r0) * n + col) = pair<T2>(d[4 * j], d[4 * j + 1]);
-    if (r0 + 8 < m) *reinterpret_cast<T2*>(c + size_t(r0 + 8) * n + col) = pair<T2>(d[4 * j + 2], d[4 * j + 3]);
+    if (r0 < m) *reinterpret_cast<uint32_t*>(c + size_t(r0) * n + col) = kl::pack2<T>(d[4 * j], d[4 * j + 1]);
+    if (r0 + 8 < m) *reinterpret_cast<uint32_t*>(c + size_t(r0 + 8) * n + col) = kl::pack2<T>(d[4 * j + 2], d[4 * j + 3]);
   }
 #elif defined(__CUDA_ARCH__)
   __trap();  // a library without sm_90a code, run on a 9.0 GPU anyway: fail the launch, never return garbage
@@ -174,7 +160,7 @@ cudaError_t launch(const T* a, const T* b, T* c, int m, int n, int k, cudaStream
   CUtensorMap map_a, map_b;
   if (!matrix_map(&map_a, a, m, k, BM) || !matrix_map(&map_b, b, k, n, BK))
     return launch_matmul_tensorcore(a, b, c, m, n, k, stream);
-  static const bool planned = registers_are(matmul_wgmma_kernel<T>, 168);  // the setmaxnreg split's premise
+  static const bool planned = registers_are(matmul_wgmma_kernel<T>, registers_per_thread(THREADS));
   if (!planned) return cudaErrorInvalidDeviceFunction;
   const cudaError_t raised =
       cudaFuncSetAttribute(matmul_wgmma_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
