@@ -213,11 +213,11 @@ def test_exact_select_selects_exactly_one_op_through_the_k_matcher() -> None:
     names = ["softmax", "softmax_triton", "vector_add"]
     expr = plan.exact_select("softmax", names)
     assert expr == "softmax and not softmax_triton"
-    matcher = opspec._compile_select(expr)
+    matcher = opspec.compile_select(expr)
     assert [n for n in names if matcher(n)] == ["softmax"]
     assert plan.exact_select("vector_add", names) == "vector_add"
     for name in names:
-        match = opspec._compile_select(plan.exact_select(name, names))
+        match = opspec.compile_select(plan.exact_select(name, names))
         assert [n for n in names if match(n)] == [name]
 
 

@@ -119,7 +119,7 @@ def run(image: str, command: Sequence[str] = (), *, gpu: bool | str = True, inte
         user: tuple[int, int] | None = None, env: dict[str, str] | None = None, network: str | None = None,
         repo: Path = ROOT, publish: Sequence[str] = (), secret_env: dict[str, str] | None = None,
         name: str | None = None, mounts: Sequence[str] = (), engine: Engine | None = None,
-        gpu_index: str | int | None = None) -> int:
+        gpu_index: str | int | None = None, out: proc.Writer | None = None) -> int:
     """Run command in a container of image, streaming its output; return its exit code.
 
     gpu: True = the best mode found (none if this machine has no GPU), False = no GPU,
@@ -128,6 +128,7 @@ def run(image: str, command: Sequence[str] = (), *, gpu: bool | str = True, inte
     CUDA_VISIBLE_DEVICES; kernellab.gpu.selected_gpus), else every GPU.
     publish: ports as "127.0.0.1:HOST:CONTAINER". secret_env: variables the container gets by name
     only (a token): the engine reads their values from its own environment, never from argv.
+    out: where the output goes instead of this terminal (stdout and stderr together; no stdin).
     Ctrl-C (or the client dying with exit 130) removes the container.
     """
     eng = resolve_engine(engine).require()
@@ -151,7 +152,14 @@ def run(image: str, command: Sequence[str] = (), *, gpu: bool | str = True, inte
     argv = run_argv(image, command, interactive=interactive, gpu_mode=mode, gpus=gpus, user=(uid, gid),
                     cache=cache, env=env, network=network, repo=repo, name=name, publish=publish,
                     pass_env=tuple(secret_env or {}), mounts=mounts, engine=eng)
-    code = proc.call(argv, env=secret_env)
+    if out is not None:
+        try:
+            code = proc.run(argv, stream=True, out=out, check=False, env=secret_env).returncode
+        except KeyboardInterrupt:
+            eng.remove_container(name)
+            raise
+    else:
+        code = proc.call(argv, env=secret_env)
     if code == 130:  # Ctrl-C: the client may be gone while the container runs on, holding the GPU
         eng.remove_container(name)
     return code

@@ -73,3 +73,9 @@ class ClusterError(KernellabError):
     def __init__(self, message: str, exit_code: int = 1):
         super().__init__(message)
         self.exit_code = exit_code
+
+
+class RecipeError(KernellabError):
+    """A recipe is unknown, malformed, or asks for what this machine or its sources cannot give."""
+
+    exit_code = 2

@@ -89,7 +89,7 @@ def discover(root: Path | None = None, select: str | None = None) -> list[OpSpec
         if (folder / "op.toml").is_file() and not folder.name.startswith(("_", "."))
     ]
     if select:
-        matcher = _compile_select(select)
+        matcher = compile_select(select)
         specs = [s for s in specs if matcher(s.name)]
     return specs
 
@@ -234,7 +234,7 @@ def _evaluate(expr: str, shape: dict, dtype: str) -> float:
     return eval(code, {"__builtins__": {}}, names)
 
 
-def _compile_select(expr: str) -> Callable[[str], bool]:
+def compile_select(expr: str) -> Callable[[str], bool]:
     """A pytest -k style matcher: words are case-insensitive substrings of the op name."""
     tokens = re.findall(r"\(|\)|[^\s()]+", expr)
     parts = []

@@ -19,7 +19,8 @@ from .. import engine
 from ..errors import KernellabError
 
 #: Every task module (kernellab.cli.<name>), in the order `invoke --list` shows them. A new module is added here.
-MODULES = ("images", "containers", "devenv", "doctor", "kernels", "watch", "bench", "profile", "transfer", "cluster")
+MODULES = ("images", "containers", "devenv", "doctor", "kernels", "watch", "bench", "profile", "transfer", "cluster",
+           "recipes")
 
 
 #: Help for the `--engine` flag of every task that uses a container engine.

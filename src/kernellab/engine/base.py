@@ -155,7 +155,7 @@ class Engine:
     # ------------------------------------------------------------ command lines
     def build_argv(self, context: Path, *, iidfile: Path, tags: Sequence[str] = (), network: str = "host",
                    secrets: dict[str, Path] | None = None, build_args: Sequence[str] = (),
-                   no_cache: bool = False) -> tuple[list[str], dict[str, str]]:
+                   no_cache: bool = False, target: str | None = None) -> tuple[list[str], dict[str, str]]:
         """The command line (and extra environment) that builds `context` with its Dockerfile."""
         raise NotImplementedError
 

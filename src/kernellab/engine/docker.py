@@ -74,13 +74,14 @@ class Docker(Engine):
 
     def build_argv(self, context: Path, *, iidfile: Path, tags: Sequence[str] = (), network: str = "host",
                    secrets: dict[str, Path] | None = None, build_args: Sequence[str] = (),
-                   no_cache: bool = False) -> tuple[list[str], dict[str, str]]:
+                   no_cache: bool = False, target: str | None = None) -> tuple[list[str], dict[str, str]]:
         argv = [*self.builder(), "--network", network, "--progress", "plain", "--iidfile", str(iidfile)]
         for sid, src in (secrets or {}).items():
             argv += ["--secret", f"id={sid},src={src}"]
         for t in tags:
             argv += ["-t", t]
-        argv += [*build_args, *(["--no-cache"] if no_cache else []), str(context)]
+        argv += [*build_args, *(["--no-cache"] if no_cache else []), *(["--target", target] if target else []),
+                 str(context)]
         return argv, {"DOCKER_BUILDKIT": "1"}
 
     def untag(self, ref: str) -> None:

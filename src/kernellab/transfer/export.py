@@ -6,6 +6,7 @@ manifest) leaves out the layer files the receiver already has (see `kernellab.tr
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -188,3 +189,30 @@ def _readme(name: str, m: Manifest) -> str:
         lines += [(f"    cat {CHUNK_PREFIX}* | zstd -d > image.tar && "
                    "apptainer build image.sif docker-archive:image.tar")]
     return "\n".join(lines) + "\n"
+
+
+#: Files beside the image in a bundle (a recipe and its runs): their digests, for `sha256sum -c`.
+EXTRA_SUMS = "FILES.SHA256SUMS"
+
+
+def add_files(bundle: Path, folder: Path) -> None:
+    """List every file under folder (inside bundle) in FILES.SHA256SUMS, so the receiver can verify them too."""
+    lines = []
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        lines.append(f"{hashlib.sha256(path.read_bytes()).hexdigest()}  {path.relative_to(bundle).as_posix()}\n")
+    (bundle / EXTRA_SUMS).write_text("".join(lines))
+    with open(bundle / "README.txt", "a") as f:
+        f.write(f"\nThe folder {folder.relative_to(bundle)}/ travels with the image; check it with "
+                f"`sha256sum -c {EXTRA_SUMS}`.\n")
+
+
+def verify_files(bundle: Path) -> list[str]:
+    """The files FILES.SHA256SUMS lists that are missing or differ ([] when all match, or there is no list)."""
+    sums = bundle / EXTRA_SUMS
+    bad = []
+    for line in sums.read_text().splitlines() if sums.is_file() else []:
+        digest, _, name = line.partition("  ")
+        path = bundle / name
+        if not path.is_file() or hashlib.sha256(path.read_bytes()).hexdigest() != digest:
+            bad.append(name)
+    return bad

@@ -18,7 +18,7 @@ from ..engine import Engine
 from ..errors import CommandError, EngineError, TransferError
 from .chunks import FdSink, Progress, decompress, verify_bundle
 from .disk import disk_error, output_file, require_free
-from .export import last_line
+from .export import last_line, verify_files
 from .manifest import Manifest, chain_ids, read_manifest
 
 #: Engines whose `load` skips the layer files of layers it already has, so a delta bundle loads
@@ -81,6 +81,10 @@ def import_bundle(bundle: Path | str, *, to: str | None = None, output: Path | s
     manifest = read_manifest(bundle)
     finish = IMPORTERS[to].plan(Job(bundle, manifest, output, engine))
     verify_bundle(bundle, progress)
+    bad = verify_files(bundle)
+    if bad:
+        raise TransferError(f"{len(bad)} file(s) that travel with the image in {bundle} are missing or damaged: "
+                            f"{', '.join(bad[:6])}; copy them again from the sender; nothing was loaded.")
     out = finish(progress)
     return ImportResult(manifest.image.id, manifest.image.tags, out, manifest.stream.tar_bytes,
                         time.monotonic() - start)

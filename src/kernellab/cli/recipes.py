@@ -1,0 +1,70 @@
+"""Tasks: `invoke recipes`, `invoke recipe check|build|run|shell|export NAME`: a paper's system built and judged on your GPU."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from invoke import Context, Exit
+
+from ..errors import RecipeError
+from . import ENGINE_HELP, GPU_MODE_HELP, gpu_choice, task
+
+VERBS = ("check", "build", "run", "shell", "export")
+
+
+@task
+def recipes(c: Context) -> None:
+    """The recipes under recipes/: paper, experiments, claims (`invoke recipe VERB NAME` uses one)."""
+    from ..recipes import verbs
+
+    print(verbs.listing())
+
+
+@task(positional=["verb", "name"], help={
+    "verb": "check, build, run, shell or export",
+    "name": "the recipe (a folder under recipes/, or a path to one)",
+    "k": "run: only experiments whose name matches EXPR (like pytest -k: words, and, or, not)",
+    "quick": "run: one repeat of each experiment's quick grid (a smoke test; claims may then be not run)",
+    "compare": "run: an earlier run folder (results/recipes/NAME/RUN), printed side by side with this one",
+    "step": "shell: the state before step N, sources at /src (writable), to fix step N by hand",
+    "target": "build in this target instead of the recipe's environment (checked against the recipe)",
+    "wheelhouse": "build: the recipe's pip packages from this folder of wheels only",
+    "no_cache": "build: rebuild every step",
+    "output": "export: the folder to write the bundle into", "chunk_size": "export: chunk size, e.g. 1G",
+    "gpu_mode": GPU_MODE_HELP, "gpu_index": "use only host GPU N", "engine": ENGINE_HELP,
+})
+def recipe(c: Context, verb: str, name: str, k: str | None = None, quick: bool = False,
+           compare: str | None = None, step: int | None = None, target: str | None = None,
+           wheelhouse: str | None = None, no_cache: bool = False, output: str = "bundles", chunk_size: str = "2G",
+           gpu_mode: str | None = None, gpu_index: str | None = None, engine: str | None = None) -> None:
+    """Paper recipes: `invoke recipe check|build|run|shell|export NAME` (docs/recipes.md; `invoke recipes` lists)."""
+    from ..recipes import build as builds
+    from ..recipes import model, record, verbs
+
+    if verb not in VERBS:
+        raise RecipeError(f"`invoke recipe {verb}` is not a verb; use one of {', '.join(VERBS)} "
+                          f"(`invoke recipes` lists the recipes).")
+    wheels = Path(wheelhouse) if wheelhouse else None
+    if verb == "check":
+        print(verbs.check(name, target=target))
+    elif verb == "build":
+        built = builds.build(model.load(name), target=target, wheelhouse=wheels, no_cache=no_cache)
+        how = "unchanged: nothing rebuilt" if built.cached else "built"
+        print(f"{built.tags[0]} ({built.image_id[:19]}): {how} in {built.seconds:.1f} s")
+    elif verb == "run":
+        old = record.load(compare) if compare else None
+        folder, verdicts, cases = verbs.run(name, target=target, k=k, quick=quick, gpu_mode=gpu_choice(gpu_mode),
+                                            gpu_index=gpu_index, wheelhouse=wheels)
+        print("\n" + record.claims_table(verdicts))
+        if old is not None:
+            print("\n" + record.compare(old, record.load(folder)))
+        print(f"\nrecord: {folder}/summary.md")
+        failed = [x for x in cases if x.problem]
+        if failed:
+            raise Exit(f"kernellab: {len(failed)} of {len(cases)} cases failed (their output: {folder}/raw).", code=1)
+    elif verb == "shell":
+        code = verbs.shell(name, step=step, target=target, gpu_mode=gpu_choice(gpu_mode), gpu_index=gpu_index)
+        if code:
+            raise Exit(code=code)
+    else:
+        bundle = verbs.export(name, Path(output), target=target, chunk_size=chunk_size)
+        print(f"wrote {bundle}; on the receiver: invoke import-image {bundle.name} (checks the image and the recipe)")

@@ -1,0 +1,252 @@
+"""A recipe's image: the target's image + sources + patches + each build step as its own cached layer.
+
+Each step is a stage (`step-1`, `step-2`, ...) of one Dockerfile, so BuildKit caches every step: a failed
+build resumes at the failed step, and `invoke recipe shell NAME --step N` builds the stage before step N.
+The image is tagged only when every step passed, and labelled with the recipe's hash, the sources' commits
+and the patches' hashes; /etc/kernellab/recipe-lock.json inside it (its sha256 a label) is the record.
+An image whose label says it was built from exactly this recipe on exactly this base is not rebuilt at all.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from .. import gpu, images, network, proc
+from ..engine import Engine, resolve_engine
+from ..errors import BuildError, CommandError, RecipeError
+from ..resolve import Spec
+from ..targets import Matrix, load, parse_target
+from . import checks, sources, values
+from .model import Recipe, substitute
+
+REPO = "kernellab-recipe"
+#: Printed by every step before its command: the last one in a failed build's log is the failed step.
+MARKER = "kernellab-step"
+_MARK = re.compile(rf"^(?:#(\d+) [\d.]+ )?{MARKER} (\d+)/(\d+)")
+
+
+@dataclass(frozen=True)
+class Environment:
+    """Where a recipe builds: the resolved target, its image, and the values its commands use."""
+
+    spec: Spec
+    base: str                  # the target's image reference
+    base_id: str
+    values: dict[str, Any]
+    build_hash: str            # what the recipe's image is a function of
+
+    @property
+    def tag(self) -> str:
+        return f"{REPO}:{self.spec.target or 'inline'}-{self.build_hash[:12]}"
+
+
+@dataclass(frozen=True)
+class Built:
+    recipe: str
+    image_id: str
+    tags: tuple[str, ...]
+    env: Environment
+    cached: bool               # True: the image already existed; nothing was built
+    seconds: float
+    log: Path | None = None
+
+
+def resolve_target(recipe: Recipe, target: str | None = None, matrix: Matrix | None = None) -> tuple[Spec, Matrix]:
+    """The recipe's environment as a frozen Spec (--target overrides), checked against the recipe's archs."""
+    matrix = matrix or load()
+    name = target or recipe.target
+    if name is None:  # an inline target table: validated like one in docker/targets.toml
+        name = f"recipe-{recipe.name}"
+        matrix = dataclasses.replace(matrix, targets={**matrix.targets, name: parse_target(name, recipe.target_table)})
+    spec = images.resolve_request(target=name, matrix=matrix)
+    checks.check_target(recipe, spec)
+    return spec, matrix
+
+
+def environment(recipe: Recipe, *, target: str | None = None, engine: Engine | None = None,
+                out: IO[str] = sys.stdout) -> Environment:
+    """Resolve the target, make sure its image exists (building it if not), and compute the build's values."""
+    eng = resolve_engine(engine).require()
+    spec, matrix = resolve_target(recipe, target)
+    base = f"kernellab:{spec.target}"
+    if not eng.exists(base) or eng.labels(base).get("kernellab.spec-sha256") != spec.digest:
+        out.write(f"{base} is not built for this spec yet; building it first\n")
+        images.build(spec, matrix=matrix, lock="prefer", ca_certs=network.ca_certificates(), out=out, engine=eng)
+    base_id = eng.image_id(base)
+    vals = values.values(spec, values.probe(base_id, eng))
+    blob = json.dumps({"recipe": recipe.digest(), "base": base_id, "values": vals}, sort_keys=True).encode()
+    return Environment(spec, base, base_id, vals, hashlib.sha256(blob).hexdigest())
+
+
+def find_built(recipe: Recipe, env: Environment, engine: Engine | None = None) -> str | None:
+    """The image built from exactly this recipe on exactly this base, or None."""
+    eng = resolve_engine(engine)
+    if eng.exists(env.tag) and eng.labels(env.tag).get("kernellab.recipe-sha256") == env.build_hash:
+        return eng.image_id(env.tag)
+    return None
+
+
+def build(recipe: Recipe, *, target: str | None = None, upto: int | None = None, wheelhouse: Path | None = None,
+          no_cache: bool = False, engine: Engine | None = None, out: IO[str] = sys.stdout) -> Built:
+    """Build the recipe's image (or, with upto=N, the state before step N); nothing changed: nothing built."""
+    start = time.monotonic()
+    eng = resolve_engine(engine).require()
+    env = environment(recipe, target=target, engine=eng, out=out)
+    if upto is None and not no_cache:
+        found = find_built(recipe, env, eng)
+        if found:
+            return Built(recipe.name, found, (env.tag,), env, True, time.monotonic() - start)
+    checks.check_host(recipe, gpus=gpu.host_gpus(), disk=_engine_root(eng))
+    home = values.context_dir(recipe.name)
+    ctx = home / "context"
+    provenance = _context(recipe, env, ctx, out)
+    lock = _lock(recipe, env, provenance)
+    (ctx / "lock.json").write_text(json.dumps(lock, indent=2, sort_keys=True) + "\n")
+    lock_sha = hashlib.sha256((ctx / "lock.json").read_bytes()).hexdigest()
+    (ctx / "Dockerfile").write_text(dockerfile(recipe, env, provenance, lock_sha))
+    stage = None if upto is None else ("sources" if upto <= 1 else f"step-{upto - 1}")
+    tags = (env.tag, f"{REPO}:{recipe.name}") if upto is None else (f"{REPO}:{recipe.name}-before-step-{upto}",)
+    logs = home / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    log = logs / f"build-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    with tempfile.TemporaryDirectory(prefix="kl-recipe-") as tmp, \
+            network.build_pip_conf(network.host_pip_config() if wheelhouse is None else None, wheelhouse) as pipconf:
+        iid = Path(tmp) / "iid"
+        argv, build_env = eng.build_argv(ctx, iidfile=iid, tags=tags, secrets={"pipconf": pipconf},
+                                         build_args=network.proxy_build_args()[0], no_cache=no_cache, target=stage)
+        what = f"the state before step {upto}" if upto else f"{len(recipe.steps)} steps"
+        out.write(f"building recipe {recipe.name} ({what}) FROM {env.base} with {eng.name}; log: {log}\n")
+        with open(log, "w") as f:
+            steps = images.BuildSteps(_Tee(out, f))
+            try:
+                proc.run(argv, stream=True, out=steps, env={**build_env, **network.proxy_build_args()[1]})
+            except CommandError as e:
+                raise _failure(recipe, log, e) from None
+            finally:
+                steps.close()
+        image_id = iid.read_text().strip()
+    image_id = image_id if image_id.startswith("sha256:") else f"sha256:{image_id}"
+    if upto is None:
+        shutil.copy(ctx / "lock.json", home / "lock.json")
+    return Built(recipe.name, image_id, tags, env, False, time.monotonic() - start, log)
+
+
+def _engine_root(eng: Engine) -> Path:
+    root = Path("/var/lib/docker" if eng.name == "docker" else Path.home() / ".local/share/containers")
+    return root if root.exists() else Path("/")
+
+
+class _Tee:
+    def __init__(self, *outs: Any):
+        self.outs = outs
+
+    def write(self, text: str) -> int:
+        for o in self.outs:
+            o.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        for o in self.outs:
+            o.flush()
+
+    def isatty(self) -> bool:
+        return bool(getattr(self.outs[0], "isatty", lambda: False)())
+
+
+def _context(recipe: Recipe, env: Environment, ctx: Path, out: IO[str]) -> dict[str, Any]:
+    """The build context: sources and patches (prepared again only when they changed), the recipe's folder."""
+    stamp = ctx / "prepared.json"
+    want = hashlib.sha256(json.dumps([[dataclasses.astuple(s) for s in recipe.sources],
+                                      [[p.file.name, p.sha256] for p in recipe.patches]], default=str).encode()).hexdigest()
+    prepared = json.loads(stamp.read_text()) if stamp.is_file() else {}
+    if prepared.get("sha256") != want:
+        stamp.unlink(missing_ok=True)
+        provenance = sources.prepare(recipe, ctx / "src", out)
+        stamp.write_text(json.dumps({"sha256": want, "sources": provenance}, indent=2))
+    else:
+        provenance = prepared["sources"]
+    if (ctx / "recipe").exists():
+        shutil.rmtree(ctx / "recipe")
+    shutil.copytree(recipe.folder, ctx / "recipe", ignore=shutil.ignore_patterns("__pycache__"))
+    (ctx / ".dockerignore").write_text("**/.git\n")
+    return dict(provenance)
+
+
+def _lock(recipe: Recipe, env: Environment, provenance: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "recipe": recipe.name, "recipe_sha256": env.build_hash, "recipe_files_sha256": recipe.digest(),
+        "target": env.spec.target, "base_image": env.base_id, "spec_sha256": env.spec.digest,
+        "sources": provenance, "patches": {p.file.name: {"sha256": p.sha256, "source": p.source, "reason": p.reason}
+                                           for p in recipe.patches},
+        "values": env.values, "pip": list(recipe.pip), "steps": [dataclasses.asdict(s) for s in recipe.steps],
+    }
+
+
+def _run(script: str) -> str:
+    """A RUN line in JSON form: any script text (newlines, quotes) survives, and is the cache key."""
+    return "RUN " + json.dumps(["bash", "-eo", "pipefail", "-c", script])
+
+
+def dockerfile(recipe: Recipe, env: Environment, provenance: dict[str, Any], lock_sha: str) -> str:
+    lines = [f"FROM {env.base_id} AS sources", "USER root", "WORKDIR /src", "COPY src/ /src/"]
+    if recipe.pip:
+        lines.append("RUN --mount=type=cache,id=kl-pip,target=/root/.cache/pip "
+                     "--mount=type=secret,id=pipconf,target=/etc/pip.conf "
+                     f"python3 -m pip install {' '.join(shlex.quote(p) for p in recipe.pip)}")
+    lines.append(_run("mkdir -p /etc/kernellab && (python3 -m pip freeze 2>/dev/null || true) "
+                      "> /etc/kernellab/recipe-pip-freeze.txt"))
+    previous = "sources"
+    n = len(recipe.steps)
+    for i, step in enumerate(recipe.steps, 1):
+        script = f"echo {MARKER} {i}/{n} {shlex.quote(step.name)}\ncd /src/{step.cwd}\n{substitute(step.run, env.values)}"
+        lines += ["", f"FROM {previous} AS step-{i}", _run(script)]
+        previous = f"step-{i}"
+    labels = {
+        "kernellab.recipe": recipe.name, "kernellab.recipe-sha256": env.build_hash,
+        "kernellab.recipe-lock-sha256": lock_sha, "kernellab.recipe-base": env.base_id,
+        "kernellab.recipe-sources": json.dumps({k: {"commit": v["commit"], "submodules": v["submodules"]}
+                                                for k, v in provenance.items()}, sort_keys=True),
+        "kernellab.recipe-patches": json.dumps({p.file.name: p.sha256 for p in recipe.patches}, sort_keys=True),
+        "org.opencontainers.image.title": recipe.paper.title, "org.opencontainers.image.url": recipe.paper.link,
+    }
+    lines += ["", f"FROM {previous} AS final", "COPY recipe/ /recipe/", "COPY lock.json /etc/kernellab/recipe-lock.json",
+              "WORKDIR /src", "LABEL " + " \\\n      ".join(f"{k}={json.dumps(v)}" for k, v in labels.items())]
+    return "\n".join(lines) + "\n"
+
+
+def _failure(recipe: Recipe, log: Path, e: CommandError) -> BuildError:
+    """The failed step named, with its last lines and the full log's path."""
+    text = log.read_text(errors="replace").splitlines()
+    vertex, step = None, None
+    for line in text:
+        m = _MARK.match(line)
+        if m:
+            vertex, step = m.group(1), int(m.group(2))
+    if step is None:
+        return BuildError(f"building recipe {recipe.name} failed before its steps (sources, pip); full log: {log}. "
+                          f"Last lines:\n{e.tail.rstrip()}")
+    own = [line for line in text if vertex and line.startswith(f"#{vertex} ")] or text
+    tail = "\n".join(re.sub(r"^#\d+ [\d.]+ ", "", line) for line in own[-15:])
+    name = recipe.steps[step - 1].name
+    return BuildError(f"recipe {recipe.name}: step {step} ({name}) failed; the steps before it are cached, so "
+                      f"`invoke recipe build {recipe.name}` resumes there, and `invoke recipe shell {recipe.name} "
+                      f"--step {step}` opens a shell in the state before it. Full log: {log}. Last lines:\n{tail}")
+
+
+def verified_image(recipe: Recipe, image: str, engine: Engine | None = None) -> dict[str, str]:
+    """The labels of a recipe image, refusing one built from another recipe."""
+    labels = resolve_engine(engine).labels(image)
+    if labels.get("kernellab.recipe") != recipe.name:
+        raise RecipeError(f"{image} is not an image of recipe {recipe.name}; build it with "
+                          f"`invoke recipe build {recipe.name}`.")
+    return labels

@@ -1,0 +1,123 @@
+"""The paper's claims judged against this run: one verdict each, with why.
+
+- `ratio`: the claim's value over its baseline's, as printed in the paper (e.g. 21 ms / 9.22 ms = 2.28x), against
+  the same ratio measured here, on this GPU, in this run. This is the claim that travels between GPUs.
+- `absolute`: the number itself, judged only on the paper's own GPU model; elsewhere "not run".
+
+Verdicts: reproduced (at least as good as claimed), within tolerance (short of it by at most the claim's
+tolerance), not reproduced (short by more, or a sanity check failed: a fast wrong answer proves nothing),
+not run (the case or its baseline did not run, or the claim cannot be judged here; why says which).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from typing import Any, Sequence
+
+from .experiments import Case
+from .model import Claim, Recipe
+
+REPRODUCED, WITHIN, NOT_REPRODUCED, NOT_RUN = "reproduced", "within tolerance", "not reproduced", "not run"
+VERDICTS = (REPRODUCED, WITHIN, NOT_REPRODUCED, NOT_RUN)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    claim: str
+    verdict: str
+    why: str
+    judge: str
+    claimed: float             # the ratio (ratio claims) or the value (absolute), as the paper has it
+    measured: float | None
+    unit: str                  # "x" for ratios
+    paper_gpu: str
+    where: str
+    tolerance: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def same_gpu_model(paper_gpu: str, gpu_name: str) -> bool:
+    """"A100" against "NVIDIA A100-SXM4-80GB": the paper's model is one of the name's words."""
+    words = set(re.split(r"[^a-z0-9]+", gpu_name.lower()))
+    return paper_gpu.lower().replace(" ", "") in words
+
+
+def _find(cases: Sequence[Case], experiment: str, case: dict[str, Any]) -> Case | None:
+    return next((c for c in cases if c.experiment == experiment and all(c.params.get(k) == v for k, v in case.items())),
+                None)
+
+
+def _score(measured: float, claimed: float, better: str, tolerance: float) -> str:
+    """reproduced / within tolerance / not reproduced, in the direction in which the number is better."""
+    ratio = measured / claimed if better == "higher" else claimed / measured
+    if ratio >= 1:
+        return REPRODUCED
+    return WITHIN if ratio >= 1 - tolerance else NOT_REPRODUCED
+
+
+def _unrun(case: Case | None, name: str) -> str | None:
+    if case is None:
+        return f"{name} did not run (not selected, or --quick)"
+    if case.problem:
+        return f"{name} failed: {case.problem.splitlines()[0]}"
+    return None
+
+
+def _insane(case: Case) -> str | None:
+    bad = [s for s in case.sanity if not s["ok"]]
+    if not bad:
+        return None
+    return "sanity failed in " + "; ".join(f"{case.experiment}: {s['name']} = {s['value']} (must be {s['bound']})"
+                                           for s in bad)
+
+
+def judge(recipe: Recipe, cases: Sequence[Case], *, gpu_name: str | None, stand_in: str | None = None) -> list[Verdict]:
+    return [judge_one(recipe, c, cases, gpu_name=gpu_name, stand_in=stand_in) for c in recipe.claims]
+
+
+def judge_one(recipe: Recipe, claim: Claim, cases: Sequence[Case], *, gpu_name: str | None,
+              stand_in: str | None = None) -> Verdict:
+    exp = recipe.experiment(claim.experiment)
+    metric = exp.metric(claim.metric)
+    assert metric is not None  # checked when the recipe was read
+    better = metric.better
+    if claim.judge == "ratio":
+        assert claim.baseline_value is not None
+        claimed = claim.value / claim.baseline_value if better == "higher" else claim.baseline_value / claim.value
+        unit = "x"
+    else:
+        claimed, unit = claim.value, claim.unit or metric.unit
+
+    def verdict(v: str, why: str, measured: float | None = None) -> Verdict:
+        return Verdict(claim.name, v, why, claim.judge, round(claimed, 4), None if measured is None else round(measured, 4),
+                       unit, claim.gpu, claim.where, claim.tolerance)
+
+    if stand_in:
+        return verdict(NOT_RUN, f"stand-in data ({stand_in}): the paper's numbers are for its own data")
+    own = _find(cases, claim.experiment, dict(claim.case))
+    problem = _unrun(own, claim.experiment)
+    if problem or own is None:
+        return verdict(NOT_RUN, problem or "")
+    value = own.metrics[claim.metric]
+    if claim.judge == "absolute":
+        if not gpu_name or not same_gpu_model(claim.gpu, gpu_name):
+            return verdict(NOT_RUN, f"an absolute claim is judged only on the paper's {claim.gpu}; this run's GPU is "
+                                    f"{gpu_name or 'none'} (its ratio claims travel)", value)
+        measured, insane = value, _insane(own)
+    else:
+        assert claim.baseline is not None
+        base = _find(cases, claim.baseline, dict(claim.case))
+        problem = _unrun(base, f"baseline {claim.baseline}")
+        if problem or base is None:
+            return verdict(NOT_RUN, problem or "")
+        b = base.metrics[claim.metric]
+        measured = value / b if better == "higher" else b / value
+        insane = _insane(own) or _insane(base)
+    if insane:
+        return verdict(NOT_REPRODUCED, insane, measured)
+    v = _score(measured, claimed, better if claim.judge == "absolute" else "higher", claim.tolerance)
+    how = f"{measured:.3g}{unit if unit == 'x' else ' ' + unit} measured against {claimed:.3g}" \
+          f"{unit if unit == 'x' else ' ' + unit} claimed"
+    return verdict(v, f"{how} (tolerance {claim.tolerance:.0%})", measured)

@@ -1,0 +1,177 @@
+"""A recipe's experiments in its built image: every case and repeat one container, its output kept,
+metrics and sanity values extracted by regex. A case that fails is recorded and the run goes on."""
+from __future__ import annotations
+
+import re
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Callable
+
+from .. import containers
+from ..engine import Engine, resolve_engine
+from ..errors import RecipeError
+from ..opspec import compile_select
+from .model import Experiment, Recipe, Sanity, substitute
+
+TIMED_OUT = 124
+OUT = "/kl-out"
+
+
+@dataclass
+class Case:
+    """One case of an experiment: its parameters, every repeat's outcome, the metrics' medians."""
+
+    experiment: str
+    params: dict[str, Any]
+    command: str = ""
+    runs: list[dict[str, Any]] = field(default_factory=list)     # {repeat, exit_code, seconds, output, metrics}
+    metrics: dict[str, float] = field(default_factory=dict)      # median over the repeats that gave it
+    sanity: list[dict[str, Any]] = field(default_factory=list)   # {name, value, bound, ok}
+    problem: str | None = None                                   # why the case has no (trustworthy) numbers
+
+    @property
+    def key(self) -> str:
+        return slug(self.experiment, self.params)
+
+    @property
+    def sane(self) -> bool:
+        return all(s["ok"] for s in self.sanity)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"experiment": self.experiment, "params": self.params, "command": self.command, "runs": self.runs,
+                "metrics": self.metrics, "sanity": self.sanity, "problem": self.problem}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Case:
+        return cls(d["experiment"], d["params"], d.get("command", ""), d.get("runs", []), d.get("metrics", {}),
+                   d.get("sanity", []), d.get("problem"))
+
+
+def slug(experiment: str, params: dict[str, Any]) -> str:
+    return "-".join([experiment, *(f"{k}{v}" for k, v in params.items())]).replace("/", "_")
+
+
+def select(recipe: Recipe, k: str | None) -> list[Experiment]:
+    if not k:
+        return list(recipe.experiments)
+    match = compile_select(k)
+    chosen = [e for e in recipe.experiments if match(e.name)]
+    if not chosen:
+        raise RecipeError(f"-k {k!r} matches no experiment of recipe {recipe.name} (experiments: "
+                          f"{', '.join(recipe.experiment_names)}).")
+    return chosen
+
+
+def extract(pattern: str, output: str) -> float | None:
+    """The last number the pattern's group matched in the output, or None."""
+    found = re.findall(pattern, output, re.MULTILINE)
+    for raw in reversed(found):
+        try:
+            return float(raw)
+        except ValueError:
+            continue
+    return None
+
+
+def check_sanity(checks: tuple[Sanity, ...], output: str) -> list[dict[str, Any]]:
+    result = []
+    for s in checks:
+        v = extract(s.regex, output)
+        ok = v is not None and (s.max is None or v <= s.max) and (s.min is None or v >= s.min)
+        result.append({"name": s.name, "value": v, "bound": s.bound(), "ok": ok})
+    return result
+
+
+def _last_lines(text: str, n: int = 8) -> str:
+    return "\n".join(text.rstrip().splitlines()[-n:]) or "(no output)"
+
+
+def run_case(recipe: Recipe, exp: Experiment, params: dict[str, Any], vals: dict[str, Any], *, image: str, raw: Path,
+             repeats: int, runner: Callable[..., int], out: IO[str]) -> Case:
+    case = Case(exp.name, {k: v for k, v in params.items()})
+    case.command = substitute(exp.run, {**vals, **params})
+    outputs = []
+    for r in range(1, repeats + 1):
+        file = raw / exp.name / f"{case.key}-r{r}.txt"
+        file.parent.mkdir(parents=True, exist_ok=True)
+        start = time.monotonic()
+        with open(file, "w") as f:
+            code = runner(image, ["bash", "-eo", "pipefail", "-c", f"cd /src/{exp.cwd}\n{case.command}"],
+                          out=f, timeout=exp.timeout_s, scratch=file.parent)
+        output = file.read_text(errors="replace")
+        metrics = {m.name: extract(m.regex, output) for m in exp.metrics}
+        case.runs.append({"repeat": r, "exit_code": code, "seconds": round(time.monotonic() - start, 3),
+                          "output": str(file.relative_to(raw.parent)), "metrics": metrics})
+        outputs.append(output)
+        if code != 0:
+            why = f"timed out after {exp.timeout_s:g} s" if code == TIMED_OUT else f"exited with code {code}"
+            case.problem = f"{exp.name} {params} {why}; last lines:\n{_last_lines(output)}"
+            break
+        missing = [m for m in exp.metrics if metrics[m.name] is None]
+        if missing:
+            case.problem = (f"{exp.name} {params}: metric {missing[0].name} (/{missing[0].regex}/) matched nothing in "
+                            f"its output; last lines:\n{_last_lines(output)}")
+            break
+    for m in exp.metrics:
+        got = [run["metrics"][m.name] for run in case.runs if run["metrics"].get(m.name) is not None]
+        if got and case.problem is None:
+            case.metrics[m.name] = statistics.median(got)
+    # Every repeat must pass the sanity checks: the worst repeat is the one shown.
+    for output in outputs:
+        result = check_sanity(exp.sanity, output)
+        if not case.sanity or not all(s["ok"] for s in result):
+            case.sanity = result
+    return case
+
+
+def container_runner(gpu: bool | str = True, gpu_index: str | None = None,
+                     engine: Engine | None = None) -> Callable[..., int]:
+    """Run a command in the image as the caller, GPU attached, output to a file, killed after a timeout."""
+    eng = resolve_engine(engine)
+
+    def run(image: str, command: list[str], *, out: IO[str], timeout: float, scratch: Path) -> int:
+        name = containers.new_name()
+        timed_out = threading.Event()
+
+        def stop() -> None:
+            timed_out.set()
+            eng.remove_container(name)
+
+        timer = threading.Timer(timeout, stop)
+        timer.start()
+        try:
+            code = containers.run(image, command, gpu=gpu, gpu_index=gpu_index, name=name, out=out, engine=eng,
+                                  mounts=(f"{scratch.resolve()}:{OUT}",), env={"KERNELLAB_OUT": OUT})
+        finally:
+            timer.cancel()
+        return TIMED_OUT if timed_out.is_set() else code
+
+    return run
+
+
+def run_all(recipe: Recipe, experiments: list[Experiment], vals: dict[str, Any], *, image: str, raw: Path,
+            quick: bool, runner: Callable[..., int], out: IO[str]) -> list[Case]:
+    plan = [(e, p) for e in experiments for p in e.cases(quick)]
+    cases = []
+    for i, (exp, params) in enumerate(plan, 1):
+        repeats = 1 if quick else exp.repeats
+        shown = " ".join(f"{k}={v}" for k, v in params.items())
+        out.write(f"[{i}/{len(plan)}] {exp.name} {shown} ({repeats} run{'s' * (repeats > 1)}) ... ")
+        out.flush()
+        case = run_case(recipe, exp, params, vals, image=image, raw=raw, repeats=repeats, runner=runner, out=out)
+        if case.problem:
+            out.write(f"FAILED\n  {case.problem}\n")
+        else:
+            sane = "" if case.sane else "  (sanity FAILED: " + "; ".join(
+                f"{s['name']} {s['value']} not {s['bound']}" for s in case.sanity if not s["ok"]) + ")"
+            out.write(", ".join(f"{k} {v:g}{_unit(exp, k)}" for k, v in case.metrics.items()) + sane + "\n")
+        cases.append(case)
+    return cases
+
+
+def _unit(exp: Experiment, metric: str) -> str:
+    m = exp.metric(metric)
+    return f" {m.unit}" if m and m.unit else ""

@@ -1,0 +1,168 @@
+"""One reproduction run's record, `results/recipes/<name>/<run>/`: its one writer and its one reader.
+
+run.json       provenance (image, lock, sources and submodules, patches, GPU, driver, clocks, kernellab commit),
+               every command with its exit code, every case's metrics and sanity values, every claim's verdict
+metrics.csv    one row per case and metric (median of the repeats)
+claims.md      the claims table; summary.md the whole run in one page; claims.png measured against claimed
+raw/           every command's output, one file per case and repeat
+"""
+from __future__ import annotations
+
+import csv
+import json
+import socket
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from .. import ROOT, gpu, proc
+from ..errors import RecipeError
+from .claims import Verdict
+from .experiments import Case
+
+RESULTS = ROOT / "results" / "recipes"
+FORMAT = "kernellab-recipe-run/1"
+
+
+def run_folder(recipe: str, gpu_name: str | None, root: Path = RESULTS) -> Path:
+    short = (gpu_name or "nogpu").lower().replace("nvidia", "").strip().split()[0] if gpu_name else "nogpu"
+    folder = root / recipe / f"{time.strftime('%Y%m%d-%H%M%S')}-{short}"
+    folder.mkdir(parents=True, exist_ok=False)
+    return folder
+
+
+def machine(gpu_index: str | None = None) -> dict[str, Any]:
+    """GPU, driver and clocks of the GPU a run uses (nvidia-smi on the host), the host, the kernellab commit."""
+    gpus = gpu.host_gpus()
+    chosen = gpus[int(gpu_index.split(",")[0])] if gpus and gpu_index else (gpus[0] if gpus else None)
+    clocks: dict[str, str] = {}
+    smi = gpu.nvidia_smi()
+    if chosen and smi:
+        fields = "clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,power.limit,persistence_mode"
+        r = proc.run([smi, f"--query-gpu={fields}", "--format=csv,noheader", "-i", str(chosen.index)], check=False,
+                     timeout=60)
+        if r.ok:
+            clocks = dict(zip(fields.split(","), (v.strip() for v in r.stdout.strip().split(","))))
+    commit = proc.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], check=False, timeout=30)
+    dirty = proc.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"], check=False, timeout=30)
+    return {"gpu": chosen.to_dict() if chosen else None, "driver": chosen.driver if chosen else None,
+            "clocks": clocks, "host": socket.gethostname(),
+            "kernellab_commit": commit.stdout.strip() if commit.ok else None,
+            "kernellab_dirty": bool(dirty.stdout.strip()) if dirty.ok else None}
+
+
+def write(folder: Path, *, provenance: dict[str, Any], cases: Sequence[Case], verdicts: Sequence[Verdict],
+          units: dict[str, str]) -> None:
+    data = {"format": FORMAT, **provenance, "cases": [c.to_dict() for c in cases],
+            "claims": [v.to_dict() for v in verdicts]}
+    (folder / "run.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    with open(folder / "metrics.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["experiment", "case", "metric", "value", "unit", "repeats", "sane", "problem"])
+        for c in cases:
+            for name, value in (c.metrics or {"-": None}).items():
+                w.writerow([c.experiment, json.dumps(c.params, sort_keys=True), name, value, units.get(name, ""),
+                            len(c.runs), c.sane, (c.problem or "").splitlines()[0] if c.problem else ""])
+    (folder / "claims.md").write_text(claims_table(verdicts) + "\n")
+    (folder / "summary.md").write_text(summary(data) + "\n")
+    plot(folder, verdicts)
+
+
+def load(folder: Path | str) -> dict[str, Any]:
+    path = Path(folder) / "run.json"
+    if not path.is_file():
+        raise RecipeError(f"{folder} is not a recipe run (no run.json); pass a folder under results/recipes/<name>/.")
+    data = json.loads(path.read_text())
+    if data.get("format") != FORMAT:
+        raise RecipeError(f"{path} is format {data.get('format')!r}, not {FORMAT}; it was written by another kernellab.")
+    data["cases"] = [Case.from_dict(c) for c in data["cases"]]
+    return dict(data)
+
+
+def claims_table(verdicts: Sequence[Verdict]) -> str:
+    rows = ["| claim | paper (" + ", ".join(sorted({v.paper_gpu for v in verdicts})) + ") | measured | verdict | why |",
+            "|---|---|---|---|---|"]
+    for v in verdicts:
+        unit = "x" if v.unit == "x" else f" {v.unit}"
+        measured = "-" if v.measured is None else f"{v.measured:.3g}{unit}"
+        rows.append(f"| {v.claim} | {v.claimed:.3g}{unit} ({v.where}) | {measured} | **{v.verdict}** | {v.why} |")
+    return "\n".join(rows)
+
+
+def summary(data: dict[str, Any]) -> str:
+    g = data.get("machine", {}).get("gpu") or {}
+    cases: list[dict[str, Any]] = [c if isinstance(c, dict) else c.to_dict() for c in data["cases"]]
+    counts: dict[str, int] = {}
+    for v in data["claims"]:
+        counts[v["verdict"]] = counts.get(v["verdict"], 0) + 1
+    lines = [f"# {data['recipe']}: {data['paper']['title']} ({data['paper']['venue']} {data['paper']['year']})", "",
+             f"- GPU: {g.get('name', 'none')} (driver {data['machine'].get('driver')}), clocks "
+             f"{data['machine'].get('clocks', {}).get('clocks.sm', '?')} SM / max "
+             f"{data['machine'].get('clocks', {}).get('clocks.max.sm', '?')}",
+             f"- image: `{data['image']['id'][:19]}` (target {data['image']['target']}, recipe hash "
+             f"{data['image']['recipe_sha256'][:12]}), kernellab {str(data['machine'].get('kernellab_commit'))[:10]}",
+             "- sources: " + ", ".join(f"{k} {v['commit'][:10]}" + "".join(f", {p} {c[:10]}" for p, c in
+                                                                           v.get("submodules", {}).items())
+                                       for k, v in data["sources"].items()),
+             "- patches: " + (", ".join(f"{k} ({v['reason']})" for k, v in data["patches"].items()) or "none"),
+             f"- {'quick run (one repeat, the quick grid)' if data.get('quick') else 'full run'}; "
+             f"{len(cases)} cases, {sum(len(c['runs']) for c in cases)} commands, "
+             f"{sum(1 for c in cases if c['problem'])} failed",
+             "- verdicts: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())), "",
+             "## Claims", "", claims_table([Verdict(**v) for v in data["claims"]]), "", "## Cases", "",
+             "| experiment | case | metrics (median) | sanity | runs |", "|---|---|---|---|---|"]
+    for c in cases:
+        metrics = ", ".join(f"{k} {v:g}" for k, v in c["metrics"].items()) or (c["problem"] or "").splitlines()[0]
+        sanity = "; ".join(f"{s['name']} {s['value']} ({'ok' if s['ok'] else 'FAILED'}, {s['bound']})"
+                           for s in c["sanity"]) or "-"
+        params = " ".join(f"{k}={v}" for k, v in c["params"].items())
+        lines.append(f"| {c['experiment']} | {params} | {metrics} | {sanity} | {len(c['runs'])} |")
+    return "\n".join(lines)
+
+
+def plot(folder: Path, verdicts: Sequence[Verdict]) -> None:
+    """claims.png: measured against claimed, one pair of bars per claim (skipped without matplotlib)."""
+    judged = [v for v in verdicts if v.measured is not None and v.unit == "x"]
+    if not judged:
+        return
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(judged) + 2), 4))
+    xs = range(len(judged))
+    ax.bar([x - 0.2 for x in xs], [v.claimed for v in judged], 0.4, label="paper (its GPU)", color="#999999")
+    colors = {"reproduced": "#2a9d3f", "within tolerance": "#e0a030", "not reproduced": "#c0392b"}
+    ax.bar([x + 0.2 for x in xs], [v.measured or 0 for v in judged], 0.4, label="this run",
+           color=[colors.get(v.verdict, "#555555") for v in judged])
+    ax.axhline(1.0, color="black", linewidth=0.6)
+    ax.set_xticks(list(xs), [v.claim for v in judged], rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("speedup over the baseline (x)")
+    ax.set_title("claimed vs measured (bar colour: verdict)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(folder / "claims.png", dpi=110)
+    plt.close(fig)
+
+
+def compare(old: dict[str, Any], new: dict[str, Any]) -> str:
+    """Two reproduction runs side by side: every case's metrics and every claim's verdict."""
+    rows = ["| experiment | case | metric | old | new | new/old |", "|---|---|---|---|---|---|"]
+    before = {c.key: c for c in old["cases"]}
+    for c in new["cases"]:
+        o = before.get(c.key)
+        for name, value in c.metrics.items():
+            was = o.metrics.get(name) if o else None
+            ratio = f"{value / was:.3f}" if was else "-"
+            params = " ".join(f"{k}={v}" for k, v in c.params.items())
+            rows.append(f"| {c.experiment} | {params} | {name} | {was if was is not None else '-'} | {value:g} | {ratio} |")
+    verdicts = {v["claim"]: v for v in old["claims"]}
+    rows += ["", "| claim | old verdict | new verdict | old measured | new measured |", "|---|---|---|---|---|"]
+    for v in new["claims"]:
+        o = verdicts.get(v["claim"], {})
+        rows.append(f"| {v['claim']} | {o.get('verdict', '-')} | {v['verdict']} | {o.get('measured', '-')} | "
+                    f"{v['measured'] if v['measured'] is not None else '-'} |")
+    return "\n".join(rows)

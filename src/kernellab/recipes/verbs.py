@@ -1,0 +1,128 @@
+"""What `invoke recipe ...` does: list, check, build, run, shell, export. The tasks call these and print."""
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import IO, Callable
+
+from .. import containers, gpu
+from ..engine import Engine, resolve_engine
+from ..errors import RecipeError
+from . import build as builds
+from . import checks, claims, experiments, model, record, sources, values
+
+
+def listing(root: Path = model.RECIPES) -> str:
+    rows = []
+    for name in model.names(root):
+        try:
+            r = model.load(name, root)
+            rows.append(f"{name:<18} {r.paper.title} ({r.paper.venue} {r.paper.year}); "
+                        f"{len(r.experiments)} experiments, {len(r.claims)} claims")
+        except RecipeError as e:
+            rows.append(f"{name:<18} BROKEN: {e}")
+    return "\n".join(rows) or f"no recipes in {root}"
+
+
+def check(name: str, *, target: str | None = None) -> str:
+    """Validate the recipe, resolve its environment, check this machine: builds and fetches nothing."""
+    recipe = model.load(name)
+    spec, _ = builds.resolve_target(recipe, target)
+    notes = checks.check_host(recipe, gpus=gpu.host_gpus())
+    unchecked = sources.check_patches(recipe)
+    lines = [f"recipe {recipe.name}: {recipe.paper.title} ({recipe.paper.venue} {recipe.paper.year}) is valid",
+             f"  environment: target {spec.target} (CUDA {spec.cuda or 'none'}, torch {spec.torch or 'from base'}, "
+             f"archs {spec.arch_list or '-'})",
+             "  sources: " + ", ".join(f"{s.name} {s.commit[:12]}" + (" (fetched)" if sources.fetched(s) else "")
+                                       for s in recipe.sources),
+             f"  patches: {len(recipe.patches)}" + (f" (not checked until fetched: {', '.join(unchecked)})"
+                                                    if unchecked else " (apply cleanly)" if recipe.patches else ""),
+             f"  steps: {', '.join(s.name for s in recipe.steps) or 'none'}",
+             "  experiments: " + ", ".join(f"{e.name} ({len(e.cases())} cases x {e.repeats})" for e in recipe.experiments),
+             f"  claims: {len(recipe.claims)} ({sum(c.judge == 'ratio' for c in recipe.claims)} ratios)"]
+    if recipe.requirements.note:
+        lines.append(f"  GPUs: {recipe.requirements.note}")
+    lines += [f"  note: {n}" for n in notes]
+    return "\n".join(lines)
+
+
+def run(name: str, *, target: str | None = None, k: str | None = None, quick: bool = False,
+        gpu_mode: bool | str = True, gpu_index: str | None = None, wheelhouse: Path | None = None,
+        runner: Callable[..., int] | None = None, results: Path = record.RESULTS, engine: Engine | None = None,
+        out: IO[str] = sys.stdout) -> tuple[Path, list[claims.Verdict], list[experiments.Case]]:
+    """Build (cached), run the selected experiments, judge the claims, write the record; return its folder."""
+    recipe = model.load(name)
+    chosen = experiments.select(recipe, k)
+    eng = resolve_engine(engine).require()
+    host = gpu.host_gpus()
+    checks.check_host(recipe, gpus=_chosen_gpus(host, gpu_index), run=gpu_mode is not False)
+    built = builds.build(recipe, target=target, wheelhouse=wheelhouse, engine=eng, out=out)
+    out.write(f"image {built.tags[0]} ({'unchanged, not rebuilt' if built.cached else f'built in {built.seconds:.0f} s'})\n")
+    env_ = built.env
+    about = record.machine(gpu_index)
+    gpu_name = (about["gpu"] or {}).get("name")
+    folder = record.run_folder(recipe.name, gpu_name, results)
+    cases = experiments.run_all(recipe, chosen, env_.values, image=built.image_id, raw=folder / "raw", quick=quick,
+                                runner=runner or experiments.container_runner(gpu_mode, gpu_index, eng), out=out)
+    verdicts = claims.judge(recipe, cases, gpu_name=gpu_name)
+    labels = builds.verified_image(recipe, built.image_id, eng)
+    lock = json.loads((values.context_dir(recipe.name) / "lock.json").read_text())
+    provenance = {
+        "recipe": recipe.name, "paper": vars(recipe.paper), "quick": quick, "select": k,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "argv": sys.argv, "machine": about, "engine": eng.name,
+        "image": {"id": built.image_id, "tag": built.tags[0], "target": env_.spec.target, "base_id": env_.base_id,
+                  "base_lock_sha256": eng.labels(env_.base).get("kernellab.lock-sha256"),
+                  "recipe_sha256": labels.get("kernellab.recipe-sha256"),
+                  "recipe_lock_sha256": labels.get("kernellab.recipe-lock-sha256")},
+        "sources": lock["sources"], "patches": lock["patches"], "values": env_.values,
+    }
+    units = {m.name: m.unit for e in recipe.experiments for m in e.metrics}
+    record.write(folder, provenance=provenance, cases=cases, verdicts=verdicts, units=units)
+    return folder, verdicts, cases
+
+
+def _chosen_gpus(host: list[gpu.HostGpu], gpu_index: str | None) -> list[gpu.HostGpu]:
+    if gpu_index is None:
+        return host[:1]
+    wanted = {int(i) for i in str(gpu_index).split(",")}
+    return [g for g in host if g.index in wanted]
+
+
+def shell(name: str, *, step: int | None = None, target: str | None = None, gpu_mode: bool | str = True,
+          gpu_index: str | None = None, engine: Engine | None = None, out: IO[str] = sys.stdout) -> int:
+    """A shell in the recipe's image, or in the state before step N, with the prepared sources at /src."""
+    recipe = model.load(name)
+    if step is not None and not 1 <= step <= len(recipe.steps):
+        raise RecipeError(f"--step {step}: recipe {recipe.name} has steps 1 to {len(recipe.steps)} "
+                          f"({', '.join(s.name for s in recipe.steps)}).")
+    eng = resolve_engine(engine).require()
+    built = builds.build(recipe, target=target, upto=step, engine=eng, out=out)
+    mounts: tuple[str, ...] = ()
+    if step is not None:
+        # The prepared sources, writable: fix them here, remake the patch, then `invoke recipe build` again.
+        mounts = (f"{(values.context_dir(recipe.name) / 'context' / 'src').resolve()}:/src",)
+        nxt = recipe.steps[step - 1]
+        out.write(f"in the state before step {step} ({nxt.name}); the step runs:\n  cd /src/{nxt.cwd} && "
+                  f"{model.substitute(nxt.run, built.env.values)}\n")
+    return containers.run(built.image_id, ["bash"], gpu=gpu_mode, gpu_index=gpu_index, interactive=True,
+                          mounts=mounts, engine=eng)
+
+
+def export(name: str, output: Path, *, target: str | None = None, runs: tuple[Path, ...] = (),
+           chunk_size: str = "2G", engine: Engine | None = None, out: IO[str] = sys.stdout) -> Path:
+    """The built image, the recipe and its runs as one verified bundle (kernellab.transfer's format)."""
+    from ..transfer import export as transfer_export
+
+    recipe = model.load(name)
+    eng = resolve_engine(engine).require()
+    built = builds.build(recipe, target=target, engine=eng, out=out)
+    bundle = transfer_export.export_image(built.tags[0], output, chunk_size=chunk_size, engine=eng)
+    extra = bundle / "recipe"
+    shutil.copytree(recipe.folder, extra / recipe.name, ignore=shutil.ignore_patterns("__pycache__"))
+    for r in runs or tuple(p.parent for p in sorted((record.RESULTS / recipe.name).glob("*/run.json"))):
+        shutil.copytree(r, extra / "runs" / r.name)
+    transfer_export.add_files(bundle, extra)
+    return bundle
