@@ -9,7 +9,7 @@ HOST_TORCH ?= torch==2.13.0
 TARGET ?=
 TARGET_FLAG := $(if $(TARGET),--target $(TARGET),)
 
-.PHONY: all setup engine venv image kernels bench-quick watch profile sanitize test test-unit test-tools lint test-podman bench-build devloop bench-transfer doctor shell devcontainer notebook render clean
+.PHONY: all setup engine venv image kernels bench-quick watch profile sanitize test test-all test-full test-unit test-tools lint test-podman bench-build devloop bench-transfer doctor shell devcontainer notebook render clean
 
 all: setup image kernels bench-quick  ## the main job: build the default image, test the kernels in it, quick bench
 
@@ -43,8 +43,13 @@ profile: venv  ## Nsight Compute on one op and its baselines: make profile OP=so
 sanitize: venv  ## one op's checks under every compute-sanitizer tool: make sanitize OP=softmax [TARGET=NAME]
 	$(INVOKE) sanitize -k "$(OP)" --tool all $(TARGET_FLAG)
 
-test: venv lint test-tools  ## lint, types and the test suite (unit, Docker integration, native kernels; GPU tests need a GPU)
-	$(BIN)/python -m pytest
+test: venv lint test-tools  ## after a change: lint, types, unit and the integration tests on the default image (docs/testing.md)
+	$(BIN)/python -m pytest -m "not full"
+
+test-all: test test-full  ## before a release: `make test` plus the tier that builds other images from scratch
+
+test-full: venv  ## only the full tier: CUDA images, no-cache rebuilds, proxy and CA builds, recipe builds
+	$(BIN)/python -m pytest -m full
 
 test-unit: venv lint  ## lint, types, and the tests that need neither an engine nor a GPU
 	$(BIN)/python -m pytest -m "not docker and not podman and not gpu and not slurm"

@@ -6,12 +6,16 @@
   KERNELLAB_REQUIRE_PODMAN=1 (`.ci/podman-suite.sh` sets it) makes a missing one a failure.
 - `gpu` tests need a CUDA GPU visible to PyTorch. KERNELLAB_REQUIRE_GPU=1 (the GPU machine) makes
   a missing GPU a failure.
+- `full` tests build images other than the default one from scratch (CUDA images, no-cache rebuilds, proxy and
+  CA builds, recipe builds): `make test-all` runs them, `make test` does not (docs/testing.md).
 (One file for every test module: the lead merges additions here.)
 """
 from __future__ import annotations
 
 import functools
+import io
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -75,6 +79,30 @@ def docker_client():
     client = docker.from_env(timeout=300)
     yield client
     client.close()
+
+
+def committed_locks(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A lock folder holding copies of the committed locks: a build that follows them installs what `make` did
+    (so BuildKit's cache serves it in seconds) and never writes docker/locks."""
+    folder = tmp_path_factory.mktemp("locks")
+    for lock in (ROOT / "docker" / "locks").glob("*.json"):
+        shutil.copy(lock, folder / lock.name)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def default_image(docker_client, tmp_path_factory) -> str:
+    """kernellab:cpu, the default image `make` built: reused by ID when its spec hash is the matrix's, else built
+    once per session following the committed lock. Every test that only needs the default image takes this."""
+    from kernellab import engine, images, network
+
+    docker = engine.by_name("docker")
+    spec = images.resolve_request(target="cpu", engine=docker)
+    ref = "kernellab:cpu"
+    if not (docker.exists(ref) and docker.labels(ref).get("kernellab.spec-sha256") == spec.digest):
+        images.build(spec, lock="prefer", lock_dir=committed_locks(tmp_path_factory),
+                     ca_certs=network.ca_certificates(), out=io.StringIO(), engine=docker)
+    return ref
 
 
 @pytest.fixture(autouse=True)

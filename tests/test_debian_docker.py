@@ -1,6 +1,10 @@
 """Reproducible builds against a real Docker engine: the Debian base made twice, the cpu target built twice
 from its lock, and CUDA 12.4 from Debian's archive compiling every CUDA op for sm_80 and sm_90.
 
+Tier `full` (`make test-all`): every test here builds an image from scratch on purpose: the base made twice
+(same ID), the cpu target rebuilt without cache (same packages, same op libraries), cu124-debian (about 11 GB)
+and cu118-debian (their CUDA compiles the ops).
+
 Locks go to temporary folders, never into docker/locks/. The cu124-debian image is large (Debian's
 toolkit, PyTorch 2.6.0 with its CUDA 12.4 wheels); it is built once per session.
 """
@@ -17,7 +21,7 @@ import pytest
 from kernellab import containers, contents, engine, images, locks, network, opspec
 from kernellab.kinds import debootstrap_cpu
 
-pytestmark = [pytest.mark.docker, pytest.mark.slow]
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.full]
 DOCKER = engine.by_name("docker")
 
 

@@ -11,7 +11,6 @@ them where KERNELLAB_REQUIRE_DOCKER=1 (CI).
 """
 from __future__ import annotations
 
-import io
 import json
 import os
 import shutil
@@ -29,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from kernellab import containers, devenv, engine, images, network
+from kernellab import containers, devenv, engine
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,15 +70,10 @@ def chromium() -> str:
 
 
 @pytest.fixture(scope="session")
-def cpu_image(docker_client, tmp_path_factory) -> str:
-    """kernellab:cpu as the matrix describes it now (with the jupyter extra): CI's `make` built it; else build it."""
-    spec = images.resolve_request(target="cpu", engine=DOCKER)
-    if not (DOCKER.exists("kernellab:cpu")
-            and DOCKER.labels("kernellab:cpu").get("kernellab.spec-sha256") == spec.digest):
-        images.build(spec, lock_dir=tmp_path_factory.mktemp("locks"), ca_certs=network.ca_certificates(),
-                     out=io.StringIO(), engine=DOCKER)
-    assert "jupyter" in devenv.image_extras("kernellab:cpu", engine=DOCKER)
-    return "kernellab:cpu"
+def cpu_image(default_image: str) -> str:
+    """kernellab:cpu as the matrix describes it now (with the jupyter extra): conftest's default_image."""
+    assert "jupyter" in devenv.image_extras(default_image, engine=DOCKER)
+    return default_image
 
 
 def _invoke(*args: str) -> list[str]:

@@ -17,6 +17,7 @@ import uuid
 
 import pytest
 
+from conftest import committed_locks
 from kernellab import ROOT, containers, engine, images, network, transfer
 
 ENGINES = [pytest.param("docker", marks=pytest.mark.docker), pytest.param("podman", marks=pytest.mark.podman)]
@@ -39,7 +40,8 @@ def eng(request) -> engine.Engine:
 @pytest.fixture(scope="module")
 def built(eng, tmp_path_factory) -> images.Built:
     spec = images.resolve_request(target="cpu")
-    return images.build(spec, lock_dir=tmp_path_factory.mktemp("locks"), ca_certs=network.ca_certificates(),
+    return images.build(spec, lock="prefer", lock_dir=committed_locks(tmp_path_factory),
+                        ca_certs=network.ca_certificates(),
                         out=io.StringIO(), engine=eng)
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import committed_locks
 from kernellab import ROOT, containers, engine, images, locks, network, targets
 from kernellab.errors import BuildError, DockerError, ResolveError
 from kernellab.resolve import resolve
@@ -33,7 +34,8 @@ def cpu_spec(**kw):
 
 @pytest.fixture(scope="session")
 def lock_dir(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("locks")
+    """The committed locks (copies): the cpu build follows cpu.json, as `make` did, and is served from cache."""
+    return committed_locks(tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
@@ -41,7 +43,8 @@ def cpu_image(docker_client, lock_dir):
     """The cpu target, built for real: (Built, build log)."""
     log = io.StringIO()
     t0 = time.monotonic()
-    built = images.build(cpu_spec(), lock_dir=lock_dir, ca_certs=network.ca_certificates(), out=log, engine=DOCKER)
+    built = images.build(cpu_spec(), lock="prefer", lock_dir=lock_dir, ca_certs=network.ca_certificates(), out=log,
+                         engine=DOCKER)
     return built, log.getvalue(), time.monotonic() - t0
 
 
@@ -102,7 +105,8 @@ def test_container_exit_code_is_the_commands(cpu_image, tmp_path, monkeypatch):
 def test_unchanged_rebuild_is_served_from_cache(cpu_image, lock_dir):
     built, _, _ = cpu_image
     log = io.StringIO()
-    again = images.build(cpu_spec(), lock_dir=lock_dir, ca_certs=network.ca_certificates(), out=log, engine=DOCKER)
+    again = images.build(cpu_spec(), lock="prefer", lock_dir=lock_dir, ca_certs=network.ca_certificates(), out=log,
+                         engine=DOCKER)
     text = log.getvalue()
     assert again.image_id == built.image_id, "same inputs, same image"
     run_steps = [ln for ln in text.splitlines() if "] RUN " in ln and ln.startswith("#")]
@@ -154,6 +158,7 @@ def test_missing_base_image_says_how_to_get_it(docker_client):
         images.ensure_base(spec, out=io.StringIO(), engine=DOCKER)
 
 
+@pytest.mark.full
 def test_proxy_credentials_never_reach_the_image_and_the_ca_is_trusted(cpu_image, lock_dir, tmp_path, monkeypatch):
     """Build through an authenticating proxy with an extra CA; the password must appear nowhere."""
     cert = tmp_path / "test-ca.crt"
@@ -197,6 +202,7 @@ def _scan_saved(ref: str, needle: bytes) -> tuple[int, bool, str]:
 
 @pytest.fixture(scope="session")
 def pip_toolkit_image(docker_client, lock_dir):
+    """cu130-pip (nvcc from PyPI wheels) built from scratch: another image than the default one (tier full)."""
     # torch 2.13.0 is a cu130 build on PyPI; a site's find-links may serve its own build of it (CI: CPU).
     spec = resolve(M, target="cu130-pip", torch="2.13.0", torch_index=os.environ.get("KERNELLAB_TORCH_INDEX"))
     return images.build(spec, lock_dir=lock_dir, ca_certs=network.ca_certificates(), out=io.StringIO(), engine=DOCKER)
@@ -212,6 +218,7 @@ extern "C" int kl_scale(float* x, float a, int n) { scale<<<(n + 127) / 128, 128
 """
 
 
+@pytest.mark.full
 def test_pip_toolkit_image_compiles_a_cuda_extension_without_a_gpu(pip_toolkit_image, tmp_path, monkeypatch):
     built = pip_toolkit_image
     assert DOCKER.labels(built.tags[0])["kernellab.kind"] == "cuda-pip"

@@ -56,7 +56,7 @@ def main() -> None:
             encoder(x0)
         torch.cuda.synchronize()
         t1 = timeit.default_timer()
-    print("time costs:    {:.2f} ms".format((t1 - t0) * 1000 / a.iters))
+    print(f"time costs:    {(t1 - t0) * 1000 / a.iters:.2f} ms")
 
 
 if __name__ == "__main__":

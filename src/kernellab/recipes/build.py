@@ -113,6 +113,8 @@ def build(recipe: Recipe, *, target: str | None = None, upto: int | None = None,
     lock = _lock(recipe, env, provenance)
     (ctx / "lock.json").write_text(json.dumps(lock, indent=2, sort_keys=True) + "\n")
     lock_sha = hashlib.sha256((ctx / "lock.json").read_bytes()).hexdigest()
+    # BuildKit (Docker 20.10) cannot build FROM a bare image ID: a tag named after the ID stands for it.
+    eng.tag(env.base_id, base_ref(env))
     (ctx / "Dockerfile").write_text(dockerfile(recipe, env, provenance, lock_sha))
     stage = None if upto is None else ("sources" if upto <= 1 else f"step-{upto - 1}")
     tags = (env.tag, f"{REPO}:{recipe.name}") if upto is None else (f"{REPO}:{recipe.name}-before-step-{upto}",)
@@ -127,7 +129,7 @@ def build(recipe: Recipe, *, target: str | None = None, upto: int | None = None,
         what = f"the state before step {upto}" if upto else f"{len(recipe.steps)} steps"
         out.write(f"building recipe {recipe.name} ({what}) FROM {env.base} with {eng.name}; log: {log}\n")
         with open(log, "w") as f:
-            steps = images.BuildSteps(_Tee(out, f))
+            steps = images.BuildSteps(_Tee(out, f))  # type: ignore[arg-type]  # write, flush and isatty are all it uses
             try:
                 proc.run(argv, stream=True, out=steps, env={**build_env, **network.proxy_build_args()[1]})
             except CommandError as e:
@@ -197,8 +199,12 @@ def _run(script: str) -> str:
     return "RUN " + json.dumps(["bash", "-eo", "pipefail", "-c", script])
 
 
+def base_ref(env: Environment) -> str:
+    return f"{REPO}-base:{env.base_id.removeprefix('sha256:')[:16]}"
+
+
 def dockerfile(recipe: Recipe, env: Environment, provenance: dict[str, Any], lock_sha: str) -> str:
-    lines = [f"FROM {env.base_id} AS sources", "USER root", "WORKDIR /src", "COPY src/ /src/"]
+    lines = [f"FROM {base_ref(env)} AS sources", "USER root", "WORKDIR /src", "COPY src/ /src/"]
     if recipe.pip:
         lines.append("RUN --mount=type=cache,id=kl-pip,target=/root/.cache/pip "
                      "--mount=type=secret,id=pipconf,target=/etc/pip.conf "

@@ -290,9 +290,9 @@ def parse(name: str, folder: Path, data: dict[str, Any]) -> Recipe:
     for a in archs:
         if not re.match(r"^\d+\.\d+$", a):
             raise r.fail("archs", f'lists {a!r}; write compute capabilities such as "8.0"')
-    positive = lambda v: v > 0  # noqa: E731
-    requirements = Requirements(archs, *(r.get(k, float, None, positive, "a positive number of GB")
-                                         for k in ("gpu_memory_gb", "ram_gb", "disk_gb")), r.text("note", ""))
+    gb = {k: r.get(k, float, None, lambda v: v > 0, "a positive number of GB")
+          for k in ("gpu_memory_gb", "ram_gb", "disk_gb")}
+    requirements = Requirements(archs, note=r.text("note", ""), **gb)
     sources = tuple(_source(t) for t in top.items("sources"))
     if not sources:
         raise top.fail("sources", "must name at least one repository ([[sources]] with url and commit)")
@@ -465,7 +465,8 @@ def evaluate(expr: str, names: Mapping[str, Any]) -> Any:
             return -ev(node.operand)
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("int", "round")
                 and len(node.args) == 1 and not node.keywords):
-            return {"int": int, "round": round}[node.func.id](ev(node.args[0]))
+            value = ev(node.args[0])
+            return int(value) if node.func.id == "int" else round(value)
         raise RecipeError(f"`{expr}` may use only numbers, the grid's names, + - * / // %, int() and round()")
 
     try:

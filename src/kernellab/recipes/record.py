@@ -60,7 +60,8 @@ def write(folder: Path, *, provenance: dict[str, Any], cases: Sequence[Case], ve
         w = csv.writer(f)
         w.writerow(["experiment", "case", "metric", "value", "unit", "repeats", "sane", "problem"])
         for c in cases:
-            for name, value in (c.metrics or {"-": None}).items():
+            rows: dict[str, float | None] = dict(c.metrics) or {"-": None}
+            for name, value in rows.items():
                 w.writerow([c.experiment, json.dumps(c.params, sort_keys=True), name, value, units.get(name, ""),
                             len(c.runs), c.sane, (c.problem or "").splitlines()[0] if c.problem else ""])
     (folder / "claims.md").write_text(claims_table(verdicts) + "\n")

@@ -1,0 +1,176 @@
+"""A small paper repository made by the test itself (a git repo with a submodule, served through an
+`insteadOf` mirror like a site's), and recipes that build and run it. No network."""
+from __future__ import annotations
+
+import subprocess
+import textwrap
+from pathlib import Path
+
+FAKE_URL = "https://github.com/paper-lab/fastop"
+SUB_URL = "https://github.com/paper-lab/helper"
+
+
+def git(*args: str, cwd: Path) -> str:
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
+           "PATH": "/usr/bin:/bin:/usr/local/bin", "HOME": str(cwd)}
+    return subprocess.run(["git", "-c", "protocol.file.allow=always", *args], cwd=cwd, env=env, check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def make_mirror(root: Path) -> dict[str, str]:
+    """Bare repos under root/mirror/paper-lab/{fastop,helper}.git; returns their commits."""
+    mirror = root / "mirror" / "paper-lab"
+    mirror.mkdir(parents=True)
+    helper = root / "work-helper"
+    helper.mkdir()
+    git("init", "-q", "-b", "main", cwd=helper)
+    (helper / "helper.sh").write_text("echo helper-ok\n")
+    git("add", ".", cwd=helper)
+    git("commit", "-qm", "helper", cwd=helper)
+    git("clone", "-q", "--bare", str(helper), str(mirror / "helper.git"), cwd=root)
+    paper = root / "work-paper"
+    paper.mkdir()
+    git("init", "-q", "-b", "main", cwd=paper)
+    (paper / "build.sh").write_text("set -e\nmkdir -p out\necho 'SPEED=2' > out/config\n")
+    (paper / "bench.sh").write_text(textwrap.dedent("""\
+        set -e
+        . out/config
+        n=$1
+        echo "max diff: 0.001"
+        echo "time: $(( n * 10 / SPEED )) ms"
+    """))
+    git("add", ".", cwd=paper)
+    git("-c", "protocol.file.allow=always", "submodule", "add", "-q", str(mirror / "helper.git"), "third/helper",
+        cwd=paper)
+    # The submodule's URL as the paper's .gitmodules has it: the public one, reached through the mirror.
+    git("config", "-f", ".gitmodules", "submodule.third/helper.url", SUB_URL, cwd=paper)
+    git("add", ".", cwd=paper)
+    git("commit", "-qm", "paper", cwd=paper)
+    git("clone", "-q", "--bare", str(paper), str(mirror / "fastop.git"), cwd=root)
+    return {"paper": git("rev-parse", "HEAD", cwd=paper), "helper": git("rev-parse", "HEAD", cwd=helper)}
+
+
+def mirror_env(root: Path, monkeypatch) -> None:
+    """git everywhere in this test reaches github.com through the mirror, as a site configures it."""
+    monkeypatch.setenv("GIT_CONFIG_COUNT", "1")
+    monkeypatch.setenv("GIT_CONFIG_KEY_0", f"url.{root / 'mirror'}/.insteadOf")
+    monkeypatch.setenv("GIT_CONFIG_VALUE_0", "https://github.com/")
+
+
+PATCH = """\
+--- a/build.sh
++++ b/build.sh
+@@ -1,3 +1,3 @@
+ set -e
+ mkdir -p out
+-echo 'SPEED=2' > out/config
++echo 'SPEED=5' > out/config
+"""
+
+
+def write_recipe(folder: Path, commits: dict[str, str], *, step2: str = "bash build.sh", target: str = "cpu",
+                 extra: str = "") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "patches").mkdir(exist_ok=True)
+    (folder / "patches" / "speed.diff").write_text(PATCH)
+    (folder / "baseline.sh").write_text('echo "time: $(( $1 * 10 )) ms"\n')
+    (folder / "recipe.toml").write_text(textwrap.dedent(f"""\
+        [paper]
+        title = "FastOp: a fast op"
+        venue = "TEST"
+        year = 2024
+        link = "https://example.org/fastop"
+
+        [environment]
+        target = "{target}"
+
+        [[sources]]
+        name = "fastop"
+        url = "{FAKE_URL}"
+        commit = "{commits['paper']}"
+        submodules = {{ "third/helper" = "{commits['helper']}" }}
+
+        [[patches]]
+        file = "patches/speed.diff"
+        reason = "the test's stand-in for an arch flag"
+
+        [[steps]]
+        name = "stamp"
+        run = "date +%s%N > /src/stamp && bash third/helper/helper.sh"
+
+        [[steps]]
+        name = "build"
+        run = "{step2}"
+
+        [[experiments]]
+        name = "fastop"
+        run = "bash bench.sh {{n}}"
+        grid = {{ n = [10, 20] }}
+        quick = {{ n = [10] }}
+        repeats = 2
+        timeout_s = 60
+        metrics = [{{ name = "time_ms", regex = 'time: ([0-9.]+) ms', unit = "ms" }}]
+        sanity = [{{ name = "max_diff", regex = 'max diff: ([0-9.]+)', max = 0.01 }}]
+
+        [[experiments]]
+        name = "baseline"
+        run = "bash /recipe/baseline.sh {{n}}"
+        grid = {{ n = [10, 20] }}
+        quick = {{ n = [10] }}
+        metrics = [{{ name = "time_ms", regex = 'time: ([0-9.]+) ms', unit = "ms" }}]
+
+        [[claims]]
+        name = "n10 speedup"
+        experiment = "fastop"
+        case = {{ n = 10 }}
+        value = 20
+        unit = "ms"
+        baseline = "baseline"
+        baseline_value = 100
+        gpu = "A100"
+        where = "table 1"
+        tolerance = 0.1
+
+        [[claims]]
+        name = "n20 speedup"
+        experiment = "fastop"
+        case = {{ n = 20 }}
+        value = 10
+        unit = "ms"
+        baseline = "baseline"
+        baseline_value = 200
+        gpu = "A100"
+        where = "table 1"
+        tolerance = 0.1
+        {extra}
+    """))
+    return folder
+
+
+def paper_mirror() -> Path | None:
+    """The git mirror of the papers' pinned sources (`../shared/vendor/git` beside the checkout, or
+    KERNELLAB_PAPER_MIRROR), or None."""
+    import os
+
+    here = Path(__file__).resolve().parents[1]
+    for candidate in (os.environ.get("KERNELLAB_PAPER_MIRROR"), here.parent / "shared/vendor/git",
+                      Path("/work/shared/vendor/git")):
+        if candidate and (Path(candidate) / "bytedance/ByteTransformer.git").is_dir():
+            return Path(candidate)
+    return None
+
+
+def use_paper_mirror(monkeypatch) -> Path:
+    """git reaches github.com through the papers' mirror; no mirror: a skip, or a failure where
+    KERNELLAB_REQUIRE_MIRROR=1 (CI)."""
+    from conftest import _require
+
+    mirror = paper_mirror()
+    _require("mirror", None if mirror else "needs the papers' git mirror (../shared/vendor/git, or set "
+             "KERNELLAB_PAPER_MIRROR to a folder of bare repositories named like github.com's)",
+             "KERNELLAB_REQUIRE_MIRROR")
+    assert mirror is not None
+    monkeypatch.setenv("GIT_CONFIG_COUNT", "1")
+    monkeypatch.setenv("GIT_CONFIG_KEY_0", f"url.{mirror}/.insteadOf")
+    monkeypatch.setenv("GIT_CONFIG_VALUE_0", "https://github.com/")
+    return mirror

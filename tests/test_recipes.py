@@ -1,0 +1,263 @@
+"""Recipes without an engine: reading and checking recipe.toml, sources through an insteadOf mirror (real git),
+patches, experiments' metrics and sanity patterns (a recording runner), claims' verdicts (synthetic cases)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from kernellab.errors import RecipeError
+from kernellab.recipes import claims, experiments, model, sources
+from kernellab.recipes.experiments import Case
+from recipe_fixtures import make_mirror, mirror_env, write_recipe
+
+
+@pytest.fixture
+def paper(tmp_path, monkeypatch):
+    """A mirror with a paper repo and its submodule; git reaches it as github.com; a cache of our own."""
+    commits = make_mirror(tmp_path)
+    mirror_env(tmp_path, monkeypatch)
+    monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path / "cache"))
+    return tmp_path, commits
+
+
+def test_every_shipped_recipe_reads_and_names_its_claims_baselines():
+    assert "bytetransformer" in model.names()
+    for name in model.names():
+        r = model.load(name)
+        assert r.sources and r.experiments and r.claims
+        for c in r.claims:
+            assert c.judge == "absolute" or r.experiment(c.baseline).metric(c.metric)
+
+
+def test_bytetransformer_pins_the_papers_commits_and_its_grid():
+    r = model.load("bytetransformer")
+    assert r.sources[0].commit.startswith("44c66ae8") and r.sources[0].submodules["3rdparty/cutlass"].startswith("319a389f")
+    cases = r.experiment("bytetransformer").cases()
+    assert [(c["batch"], c["seqlen"], c["avg_seqlen"]) for c in cases][:3] == [(1, 128, 76), (1, 512, 307), (1, 1024, 614)]
+    assert len(cases) == 6 and len(r.experiment("bytetransformer").cases(quick=True)) == 1
+    assert all(p.reason for p in r.patches)
+
+
+def test_an_unknown_recipe_suggests_the_closest_name():
+    with pytest.raises(RecipeError, match=r"no recipe named `bytetransformr`; did you mean `bytetransformer`\?"):
+        model.load("bytetransformr")
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda t: t.replace('venue = "TEST"', 'venue = "TEST"\nyear2 = 1'), r"paper has unknown keys \['year2'\]"),
+    (lambda t: re.sub(r'commit = "[0-9a-f]+"', 'commit = "main"', t, count=1),
+     r"sources\[0\]\.commit must be a full 40-hex commit \(never a branch or a tag\), not 'main'"),
+    (lambda t: t.replace("patches/speed.diff", "patches/nope.diff"), r"patches\[0\]\.file names patches/nope\.diff"),
+    (lambda t: t.replace("bash bench.sh {n}", "bash bench.sh {m}"), r"experiments\[0\]\.run uses \{m\}"),
+    (lambda t: t.replace("'time: ([0-9.]+) ms'", "'time: [0-9.]+ ms'", 1), r"regex must have exactly one group"),
+    (lambda t: t.replace("case = { n = 10 }", "case = { n = 11 }"), r"claims\[0\]\.case \{'n': 11\} is not a case"),
+    (lambda t: t.replace('baseline = "baseline"', 'baseline = "baselin"', 1), r"did you mean `baseline`"),
+    (lambda t: t.replace("[paper]", "[paper\n"), r"is not valid TOML"),
+])
+def test_a_malformed_recipe_is_one_sentence_naming_file_and_key(tmp_path, edit, words):
+    folder = write_recipe(tmp_path / "recipes" / "fastop", {"paper": "a" * 40, "helper": "b" * 40})
+    (folder / "recipe.toml").write_text(edit((folder / "recipe.toml").read_text()))
+    with pytest.raises(RecipeError, match=words) as e:
+        model.load("fastop", tmp_path / "recipes")
+    assert "recipes/fastop/recipe.toml" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_placeholders_leave_the_shells_variables_alone():
+    assert model.substitute("make -j {jobs} ARCH=${ARCH} {x}", {"jobs": 4}) == "make -j 4 ARCH=${ARCH} {x}"
+
+
+def test_derived_values_are_arithmetic_only():
+    assert model.evaluate("seqlen * 60 // 100", {"seqlen": 512}) == 307
+    with pytest.raises(RecipeError, match="may use only numbers"):
+        model.evaluate("__import__('os')", {})
+
+
+def test_sources_come_through_the_mirror_with_submodules_verified(paper):
+    root, commits = paper
+    recipe = model.load(str(write_recipe(root / "r" / "fastop", commits)))
+    got = sources.fetch(recipe.sources[0])
+    assert got["commit"] == commits["paper"] and got["submodules"] == {"third/helper": commits["helper"]}
+    tree = root / "tree"
+    sources.prepare(recipe, tree)
+    assert "SPEED=5" in (tree / "build.sh").read_text()          # the patch applied
+    assert (tree / "third/helper/helper.sh").is_file()             # the submodule checked out
+    assert sources.fetched(recipe.sources[0]) == got               # cached: no second fetch
+
+
+def test_a_commit_the_mirror_lacks_is_named(paper):
+    root, commits = paper
+    recipe = model.load(str(write_recipe(root / "r" / "fastop", {**commits, "paper": "1" * 40})))
+    with pytest.raises(RecipeError, match=r"https://github.com/paper-lab/fastop has no commit 1{40}"):
+        sources.fetch(recipe.sources[0])
+
+
+def test_an_unreachable_source_names_url_and_commit_to_mirror(paper, monkeypatch):
+    root, commits = paper
+    monkeypatch.setenv("GIT_CONFIG_VALUE_0", "https://example.invalid/")  # the mirror no longer covers github.com
+    recipe = model.load(str(write_recipe(root / "r" / "fastop", commits)))
+    with pytest.raises(RecipeError, match=rf"cannot fetch https://github.com/paper-lab/fastop .*mirror that repository "
+                                          rf"with commit {commits['paper']}"):
+        sources.fetch(recipe.sources[0])
+
+
+def test_a_submodule_at_another_commit_than_the_recipes_is_refused(paper):
+    root, commits = paper
+    recipe = model.load(str(write_recipe(root / "r" / "fastop", {**commits, "helper": "2" * 40})))
+    with pytest.raises(RecipeError, match=r"submodule third/helper is at [0-9a-f]{40}, not the recipe's 2{40}"):
+        sources.fetch(recipe.sources[0])
+
+
+def test_a_patch_that_does_not_apply_names_file_and_line(paper):
+    root, commits = paper
+    folder = write_recipe(root / "r" / "fastop", commits)
+    (folder / "patches/speed.diff").write_text((folder / "patches/speed.diff").read_text().replace("SPEED=2", "SPEED=3"))
+    recipe = model.load(str(folder))
+    sources.fetch(recipe.sources[0])
+    with pytest.raises(RecipeError, match=r"patch patches/speed.diff does not apply to fastop at build.sh line 1"):
+        sources.check_patches(recipe)
+
+
+def _runner(outputs: dict[str, str], calls: list[list[str]], code: int = 0):
+    def run(image, command, *, out, timeout, scratch):
+        calls.append(command)
+        n = re.search(r"bench.sh (\d+)|baseline.sh (\d+)", command[-1])
+        out.write(outputs.get(n.group(1) or n.group(2), "") if n else "")
+        return code
+    return run
+
+
+def test_metrics_are_extracted_per_repeat_and_a_case_runs_in_its_folder(tmp_path):
+    recipe = model.load(str(write_recipe(tmp_path / "fastop", {"paper": "a" * 40, "helper": "b" * 40})))
+    calls: list[list[str]] = []
+    cases = experiments.run_all(recipe, [recipe.experiment("fastop")], {}, image="img", raw=tmp_path / "raw",
+                                quick=False, runner=_runner({"10": "max diff: 0.001\ntime: 20 ms\n",
+                                                             "20": "max diff: 0.5\ntime: 40 ms\n"}, calls),
+                                out=open("/dev/null", "w"))
+    assert len(calls) == 4 and calls[0][-1].startswith("cd /src/.\nbash bench.sh 10")
+    assert [c.metrics for c in cases] == [{"time_ms": 20.0}, {"time_ms": 40.0}]
+    assert cases[0].sane and not cases[1].sane and cases[1].sanity[0]["value"] == 0.5
+    assert (tmp_path / "raw/fastop/fastop-n10-r2.txt").read_text().endswith("time: 20 ms\n")
+
+
+def test_a_metric_that_matches_nothing_names_the_experiment_and_the_last_lines(tmp_path):
+    recipe = model.load(str(write_recipe(tmp_path / "fastop", {"paper": "a" * 40, "helper": "b" * 40})))
+    cases = experiments.run_all(recipe, [recipe.experiment("fastop")], {}, image="img", raw=tmp_path / "raw",
+                                quick=True, runner=_runner({"10": "segfault somewhere\n"}, []), out=open("/dev/null", "w"))
+    assert cases[0].problem.startswith("fastop {'n': 10}: metric time_ms (/time: ([0-9.]+) ms/) matched nothing")
+    assert "segfault somewhere" in cases[0].problem
+
+
+def test_a_failing_or_timed_out_case_is_recorded_and_the_run_goes_on(tmp_path):
+    recipe = model.load(str(write_recipe(tmp_path / "fastop", {"paper": "a" * 40, "helper": "b" * 40})))
+    cases = experiments.run_all(recipe, list(recipe.experiments), {}, image="img", raw=tmp_path / "raw", quick=True,
+                                runner=_runner({}, [], code=experiments.TIMED_OUT), out=open("/dev/null", "w"))
+    assert len(cases) == 2 and "timed out after 60 s" in cases[0].problem and "timed out after 600 s" in cases[1].problem
+    assert len(cases[0].runs) == 1  # a failed repeat stops that case's repeats
+
+
+def _case(exp: str, n: int, ms: float | None, sane: bool = True, problem: str | None = None) -> Case:
+    return Case(exp, {"n": n}, metrics={} if ms is None else {"time_ms": ms},
+                sanity=[{"name": "max_diff", "value": 0.001 if sane else 0.5, "bound": "<= 0.01", "ok": sane}],
+                problem=problem, runs=[{}])
+
+
+@pytest.fixture
+def fastop(tmp_path) -> model.Recipe:
+    return model.load(str(write_recipe(tmp_path / "fastop", {"paper": "a" * 40, "helper": "b" * 40})))
+
+
+def test_ratio_claims_are_judged_against_the_baseline_of_the_same_run(fastop):
+    # claims: n10 5.0x, n20 20x (tolerance 10%)
+    cases = [_case("fastop", 10, 20), _case("baseline", 10, 100), _case("fastop", 20, 12), _case("baseline", 20, 200)]
+    n10, n20 = claims.judge(fastop, cases, gpu_name="NVIDIA H100 80GB HBM3")
+    assert (n10.verdict, n10.claimed, n10.measured) == ("reproduced", 5.0, 5.0)
+    assert n20.verdict == "not reproduced" and round(n20.measured, 2) == 16.67
+    cases[2] = _case("fastop", 20, 9.5)   # 21x measured against 20x claimed
+    assert claims.judge(fastop, cases, gpu_name="H100")[1].verdict == "reproduced"
+    cases[2] = _case("fastop", 20, 10.8)  # 18.5x: short by 7.4%, inside the 10% tolerance
+    assert claims.judge(fastop, cases, gpu_name="H100")[1].verdict == "within tolerance"
+
+
+def test_a_fast_wrong_answer_is_not_reproduced_and_keeps_its_measured_value(fastop):
+    cases = [_case("fastop", 10, 10, sane=False), _case("baseline", 10, 100)]
+    v = claims.judge(fastop, cases, gpu_name="H100")[0]
+    assert v.verdict == "not reproduced" and v.measured == 10.0 and "sanity failed" in v.why and "max_diff = 0.5" in v.why
+
+
+def test_claims_whose_cases_did_not_run_say_why(fastop):
+    cases = [_case("fastop", 10, 20), _case("fastop", 20, None, problem="fastop {'n': 20} exited with code 3; ...")]
+    n10, n20 = claims.judge(fastop, cases, gpu_name="H100")
+    assert n10.verdict == "not run" and "baseline baseline did not run" in n10.why
+    assert n20.verdict == "not run" and "exited with code 3" in n20.why
+    assert {v.verdict for v in claims.judge(fastop, cases, gpu_name="H100", stand_in="generated graph")} == {"not run"}
+
+
+def test_absolute_claims_are_judged_only_on_the_papers_gpu_model(tmp_path):
+    extra = ('[[claims]]\nname = "n10 time"\nexperiment = "fastop"\ncase = { n = 10 }\njudge = "absolute"\n'
+             'value = 21\nunit = "ms"\ngpu = "A100"\nwhere = "table 2"\n')
+    recipe = model.load(str(write_recipe(tmp_path / "f", {"paper": "a" * 40, "helper": "b" * 40}, extra=extra)))
+    cases = [_case("fastop", 10, 20), _case("baseline", 10, 100)]
+    on_h100 = claims.judge(recipe, cases, gpu_name="NVIDIA H100 80GB HBM3")[2]
+    assert on_h100.verdict == "not run" and "only on the paper's A100" in on_h100.why and on_h100.measured == 20
+    assert claims.judge(recipe, cases, gpu_name="NVIDIA A100-SXM4-80GB")[2].verdict == "reproduced"
+    assert claims.same_gpu_model("A100", "NVIDIA A100-SXM4-40GB") and not claims.same_gpu_model("A10", "NVIDIA A100")
+
+
+def test_check_builds_and_fetches_nothing_and_is_fast(tmp_path, monkeypatch):
+    from kernellab.recipes import verbs
+
+    monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path))
+    text = verbs.check("bytetransformer")
+    assert "is valid" in text and "cu124-debian" in text and "patches: 6" in text
+    assert not (tmp_path / "recipes" / "sources").exists()
+
+
+def test_a_target_with_archs_the_code_does_not_support_is_refused_before_anything_is_built(tmp_path):
+    from kernellab.recipes import build
+
+    recipe = model.load("bytetransformer")
+    with pytest.raises(RecipeError, match=r"target cu130-pip builds for sm_86, sm_89, which recipe bytetransformer's "
+                                          r"code does not support"):
+        build.resolve_target(recipe, "cu130-pip")
+    with pytest.raises(RecipeError, match=r"target cpu has no CUDA"):
+        build.resolve_target(recipe, "cpu")
+
+
+def test_a_record_is_written_read_back_and_compared(tmp_path, fastop):
+    from kernellab.recipes import record
+
+    cases = [_case("fastop", 10, 20), _case("baseline", 10, 100)]
+    verdicts = claims.judge(fastop, cases, gpu_name="H100")
+    prov = {"recipe": "fastop", "paper": vars(fastop.paper), "machine": {"gpu": None, "clocks": {}},
+            "image": {"id": "sha256:" + "0" * 64, "target": "cpu", "recipe_sha256": "1" * 64},
+            "sources": {"fastop": {"commit": "a" * 40, "submodules": {}}}, "patches": {}, "quick": False}
+    record.write(tmp_path, provenance=prov, cases=cases, verdicts=verdicts, units={"time_ms": "ms"})
+    back = record.load(tmp_path)
+    assert back["cases"][0].metrics == {"time_ms": 20} and back["claims"][0]["verdict"] == "reproduced"
+    assert "| n10 speedup | 5x (table 1) | 5x | **reproduced** |" in (tmp_path / "summary.md").read_text()
+    assert (tmp_path / "metrics.csv").read_text().splitlines()[1].startswith('fastop,"{""n"": 10}",time_ms,20')
+    assert (tmp_path / "claims.png").stat().st_size > 1000
+    assert "| fastop | n=10 | time_ms | 20 | 20 | 1.000 |" in record.compare(back, back)
+    with pytest.raises(RecipeError, match="is not a recipe run"):
+        record.load(tmp_path / "nothing")
+
+
+def test_the_gitmodules_url_is_the_public_one(paper):
+    root, _ = paper
+    assert "https://github.com/paper-lab/helper" in (Path(root) / "work-paper/.gitmodules").read_text()
+
+
+def test_every_shipped_recipes_sources_come_through_the_mirror_and_its_patches_apply(tmp_path, monkeypatch):
+    from recipe_fixtures import use_paper_mirror
+
+    use_paper_mirror(monkeypatch)
+    monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path))
+    for name in model.names():
+        recipe = model.load(name)
+        for source in recipe.sources:
+            got = sources.fetch(source)
+            assert got["commit"] == source.commit
+            assert all(got["submodules"][p] == c for p, c in source.submodules.items())
+        assert sources.check_patches(recipe) == []

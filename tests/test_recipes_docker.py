@@ -1,0 +1,114 @@
+"""Recipes against a real Docker engine: a small paper repository (made by the test, reached through an insteadOf
+mirror) built on the cpu target's image, step by step, then run and judged. No network, no GPU.
+
+Builds: the recipe's image on `kernellab:cpu` (which `make` built; built here if missing): two one-line steps,
+so each build is seconds; the build cache is what is tested (unchanged, resumed after a failing step)."""
+from __future__ import annotations
+
+import io
+import json
+import time
+
+import pytest
+
+from kernellab import engine
+from kernellab.errors import BuildError
+from kernellab.recipes import build, model, verbs
+from recipe_fixtures import make_mirror, mirror_env, write_recipe
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+DOCKER = engine.by_name("docker")
+
+
+@pytest.fixture
+def paper(tmp_path, monkeypatch):
+    commits = make_mirror(tmp_path)
+    mirror_env(tmp_path, monkeypatch)
+    monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("KERNELLAB_GPU_MODE", "none")
+    engine.select("docker")
+    return tmp_path, commits
+
+
+def _stamp(image: str) -> str:
+    from kernellab import proc
+
+    argv = DOCKER.run_argv(image, ["cat", "/src/stamp"], user=(0, 0), network="none", init=False, shm_size=None)
+    return proc.run(argv).stdout.strip()
+
+
+def test_a_recipe_builds_each_step_as_a_layer_and_an_unchanged_rebuild_builds_nothing(paper):
+    root, commits = paper
+    recipe = model.load(str(write_recipe(root / "r" / "fastop", commits)))
+    first = build.build(recipe, engine=DOCKER, out=io.StringIO())
+    assert not first.cached
+    labels = DOCKER.labels(first.image_id)
+    assert labels["kernellab.recipe"] == "fastop" and labels["kernellab.recipe-sha256"] == first.env.build_hash
+    assert json.loads(labels["kernellab.recipe-sources"]) == {
+        "fastop": {"commit": commits["paper"], "submodules": {"third/helper": commits["helper"]}}}
+    assert json.loads(labels["kernellab.recipe-patches"]) == {"speed.diff": recipe.patches[0].sha256}
+    start = time.monotonic()
+    again = build.build(recipe, engine=DOCKER, out=io.StringIO())
+    assert again.cached and again.image_id == first.image_id
+    assert time.monotonic() - start < 30  # generous for a loaded CI machine; benchmarks/recipes.py measures it
+
+
+def test_a_failing_step_is_named_with_its_log_and_the_next_build_resumes_there(paper):
+    root, commits = paper
+    folder = write_recipe(root / "r" / "fastop", commits, step2="echo compiling; exit 7")
+    recipe = model.load(str(folder))
+    with pytest.raises(BuildError) as e:
+        build.build(recipe, engine=DOCKER, out=io.StringIO())
+    msg = str(e.value)
+    assert "recipe fastop: step 2 (build) failed" in msg and "compiling" in msg
+    assert "invoke recipe shell fastop --step 2" in msg and "Full log: " in msg
+    log = msg.split("Full log: ")[1].split(". Last lines")[0]
+    assert "kernellab-step 2/2 build" in open(log).read()
+    assert not DOCKER.exists(f"kernellab-recipe:cpu-{build.environment(recipe, engine=DOCKER).build_hash[:12]}")
+    # The state before step 2 exists (what `recipe shell --step 2` starts) and keeps step 1's stamp.
+    before = build.build(recipe, upto=2, engine=DOCKER, out=io.StringIO())
+    stamp = _stamp(before.image_id)
+    write_recipe(root / "r" / "fastop", commits)  # the fix
+    fixed = build.build(model.load(str(folder)), engine=DOCKER, out=io.StringIO())
+    assert _stamp(fixed.image_id) == stamp  # step 1 was not run again: the build resumed at step 2
+
+
+def test_a_recipe_run_judges_its_claims_and_writes_one_record(paper, tmp_path):
+    root, commits = paper
+    folder = write_recipe(root / "r" / "fastop", commits)
+    run, verdicts, cases = verbs.run(str(folder), gpu_mode=False, results=tmp_path / "results", engine=DOCKER,
+                                     out=io.StringIO())
+    assert [c.metrics["time_ms"] for c in cases] == [20.0, 40.0, 100.0, 200.0]  # the patch made SPEED 5
+    assert [(v.claim, v.verdict) for v in verdicts] == [("n10 speedup", "reproduced"), ("n20 speedup", "not reproduced")]
+    data = json.loads((run / "run.json").read_text())
+    assert data["sources"]["fastop"]["submodules"] == {"third/helper": commits["helper"]}
+    assert data["image"]["recipe_sha256"] and data["machine"]["kernellab_commit"]
+    assert all(r["exit_code"] == 0 for c in data["cases"] for r in c["runs"]) and len(data["cases"][0]["runs"]) == 2
+    assert (run / "raw/fastop/fastop-n10-r1.txt").read_text() == "max diff: 0.001\ntime: 20 ms\n"
+    summary = (run / "summary.md").read_text()
+    assert "| n10 speedup | 5x (table 1) | 5x | **reproduced** |" in summary
+    assert (run / "metrics.csv").is_file() and (run / "claims.png").is_file()
+
+
+@pytest.mark.full
+def test_bytetransformer_builds_for_sm80_and_sm90_in_a_cuda_image_ci_can_build(tmp_path, monkeypatch):
+    """Builds cu124-debian (CUDA 12.4 from Debian, about 11 GB; reused when this session already has it) and then
+    ByteTransformer on it for sm_80 and sm_90, sources through the papers' mirror: its CUTLASS kernels take minutes
+    on 2 cores. No GPU: this proves the recipe's patches keep it building on a current stack."""
+    from kernellab import proc
+    from recipe_fixtures import use_paper_mirror
+
+    use_paper_mirror(monkeypatch)
+    monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path))
+    engine.select("docker")
+    recipe = model.load("bytetransformer")
+    built = build.build(recipe, engine=DOCKER, out=io.StringIO())
+    assert built.env.values["cuda_archs"] == "80;90" and built.env.values["torch_arch_list"] == "8.0;9.0"
+    labels = DOCKER.labels(built.image_id)
+    assert json.loads(labels["kernellab.recipe-sources"])["ByteTransformer"]["submodules"] == {
+        "3rdparty/cutlass": "319a389f42b776fae5701afcb943fc03be5b5c25"}
+    argv = DOCKER.run_argv(built.image_id, ["cuobjdump", "--list-elf", "/src/build/lib/libbytetransformer.so"],
+                           user=(0, 0), network="none", init=False, shm_size=None)
+    elves = proc.run(argv).stdout
+    assert "sm_80" in elves and "sm_90" in elves
+    assert build.build(recipe, engine=DOCKER, out=io.StringIO()).cached
