@@ -232,7 +232,7 @@ def test_a_record_is_written_read_back_and_compared(tmp_path, fastop):
     verdicts = claims.judge(fastop, cases, gpu_name="H100")
     prov = {"recipe": "fastop", "paper": vars(fastop.paper), "machine": {"gpu": None, "clocks": {}},
             "image": {"id": "sha256:" + "0" * 64, "target": "cpu", "recipe_sha256": "1" * 64},
-            "sources": {"fastop": {"commit": "a" * 40, "submodules": {}}}, "patches": {}, "quick": False}
+            "sources": {"fastop": {"commit": "a" * 40, "submodules": {}}}, "patches": [], "quick": False}
     record.write(tmp_path, provenance=prov, cases=cases, verdicts=verdicts, units={"time_ms": "ms"})
     back = record.load(tmp_path)
     assert back["cases"][0].metrics == {"time_ms": 20} and back["claims"][0]["verdict"] == "reproduced"

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from . import debian, kinds, locks, network, proc, progress, render
+from . import cache_root, debian, kinds, locks, network, proc, progress, render
 from .engine import Engine, resolve_engine
 from .errors import BuildError, CommandError, KernellabError, ResolveError
 from .kinds import debootstrap_cpu, torch_index
@@ -45,6 +45,10 @@ def probe_base(image: str, engine: Engine | None = None) -> BaseFacts:
     if not eng.exists(image):
         raise ResolveError(f"base image `{image}` is not present; `{eng.name} pull {image}`, `{eng.name} load`, or "
                            f"`invoke import-image DIR` first.")
+    # An image never changes: what its Python said is kept per image ID (starting torch takes seconds).
+    cached = cache_root() / "probes" / f"base-{eng.image_id(image).removeprefix('sha256:')}.json"
+    if cached.is_file():
+        return BaseFacts(*json.loads(cached.read_text()))
     code = ("import json, platform\ntry:\n import torch; t, c = torch.__version__, torch.version.cuda\n"
             "except Exception:\n t = c = None\nprint(json.dumps([platform.python_version(), t, c]))")
     r = proc.run(_plain_run(eng, image, ["-c", code], entrypoint="python3"), check=False)
@@ -52,6 +56,8 @@ def probe_base(image: str, engine: Engine | None = None) -> BaseFacts:
         raise ResolveError(f"base image `{image}` has no working python3 ({r.stderr.strip()[-200:]}); "
                            f"kernellab needs python3 with torch in a --base-image.")
     py, torch, cuda = json.loads(r.stdout.strip().splitlines()[-1])
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    cached.write_text(json.dumps([py, torch, cuda]))
     return BaseFacts(python=py, torch=torch, torch_cuda=cuda)
 
 

@@ -122,7 +122,7 @@ def build(recipe: Recipe, *, target: str | None = None, upto: int | None = None,
     logs.mkdir(parents=True, exist_ok=True)
     log = logs / f"build-{time.strftime('%Y%m%d-%H%M%S')}.log"
     with tempfile.TemporaryDirectory(prefix="kl-recipe-") as tmp, \
-            network.build_pip_conf(network.host_pip_config() if wheelhouse is None else None, wheelhouse) as pipconf:
+            network.build_pip_conf(None, wheelhouse) as pipconf:
         iid = Path(tmp) / "iid"
         argv, build_env = eng.build_argv(ctx, iidfile=iid, tags=tags, secrets={"pipconf": pipconf},
                                          build_args=network.proxy_build_args()[0], no_cache=no_cache, target=stage)
@@ -188,8 +188,9 @@ def _lock(recipe: Recipe, env: Environment, provenance: dict[str, Any]) -> dict[
     return {
         "recipe": recipe.name, "recipe_sha256": env.build_hash, "recipe_files_sha256": recipe.digest(),
         "target": env.spec.target, "base_image": env.base_id, "spec_sha256": env.spec.digest,
-        "sources": provenance, "patches": {p.file.name: {"sha256": p.sha256, "source": p.source, "reason": p.reason}
-                                           for p in recipe.patches},
+        "sources": provenance,  # patches in the order they were applied
+        "patches": [{"file": p.file.name, "sha256": p.sha256, "source": p.source, "reason": p.reason}
+                    for p in recipe.patches],
         "values": env.values, "pip": list(recipe.pip), "steps": [dataclasses.asdict(s) for s in recipe.steps],
     }
 

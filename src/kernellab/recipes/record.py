@@ -97,15 +97,16 @@ def summary(data: dict[str, Any]) -> str:
     for v in data["claims"]:
         counts[v["verdict"]] = counts.get(v["verdict"], 0) + 1
     lines = [f"# {data['recipe']}: {data['paper']['title']} ({data['paper']['venue']} {data['paper']['year']})", "",
-             f"- GPU: {g.get('name', 'none')} (driver {data['machine'].get('driver')}), clocks "
-             f"{data['machine'].get('clocks', {}).get('clocks.sm', '?')} SM / max "
-             f"{data['machine'].get('clocks', {}).get('clocks.max.sm', '?')}",
+             f"- GPU: {g.get('name', 'none')} (driver {data['machine'].get('driver')}), SM clock at the start "
+             f"{data['machine'].get('clocks', {}).get('clocks.sm', '?')} (max "
+             f"{data['machine'].get('clocks', {}).get('clocks.max.sm', '?')})",
              f"- image: `{data['image']['id'][:19]}` (target {data['image']['target']}, recipe hash "
-             f"{data['image']['recipe_sha256'][:12]}), kernellab {str(data['machine'].get('kernellab_commit'))[:10]}",
+             f"{data['image']['recipe_sha256'][:12]}), kernellab {str(data['machine'].get('kernellab_commit'))[:10]}"
+             + (" with uncommitted changes" if data["machine"].get("kernellab_dirty") else ""),
              "- sources: " + ", ".join(f"{k} {v['commit'][:10]}" + "".join(f", {p} {c[:10]}" for p, c in
                                                                            v.get("submodules", {}).items())
                                        for k, v in data["sources"].items()),
-             "- patches: " + (", ".join(f"{k} ({v['reason']})" for k, v in data["patches"].items()) or "none"),
+             "- patches" + (", in order" if isinstance(data.get("patches"), list) else "") + ": " + ("; ".join(f"{p['file']} ({p['reason']})" for p in _patches(data)) or "none"),
              f"- {'quick run (one repeat, the quick grid)' if data.get('quick') else 'full run'}; "
              f"{len(cases)} cases, {sum(len(c['runs']) for c in cases)} commands, "
              f"{sum(1 for c in cases if c['problem'])} failed",
@@ -119,6 +120,12 @@ def summary(data: dict[str, Any]) -> str:
         params = " ".join(f"{k}={v}" for k, v in c["params"].items())
         lines.append(f"| {c['experiment']} | {params} | {metrics} | {sanity} | {len(c['runs'])} |")
     return "\n".join(lines)
+
+
+def _patches(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The patches in the order applied (runs before 2026-11-24 kept them as a dict by file name)."""
+    patches = data.get("patches") or []
+    return [{"file": k, **v} for k, v in patches.items()] if isinstance(patches, dict) else list(patches)
 
 
 def plot(folder: Path, verdicts: Sequence[Verdict]) -> None:
