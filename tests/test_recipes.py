@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from kernellab.errors import RecipeError
-from kernellab.recipes import claims, experiments, model, sources
+from kernellab.recipes import claims, experiments, model, read, sources
 from kernellab.recipes.experiments import Case
 from recipe_fixtures import make_mirror, mirror_env, write_recipe
 
@@ -23,16 +23,16 @@ def paper(tmp_path, monkeypatch):
 
 
 def test_every_shipped_recipe_reads_and_names_its_claims_baselines():
-    assert "bytetransformer" in model.names()
-    for name in model.names():
-        r = model.load(name)
+    assert "bytetransformer" in read.names()
+    for name in read.names():
+        r = read.load(name)
         assert r.sources and r.experiments and r.claims
         for c in r.claims:
             assert c.judge == "absolute" or r.experiment(c.baseline).metric(c.metric)
 
 
 def test_bytetransformer_pins_the_papers_commits_and_its_grid():
-    r = model.load("bytetransformer")
+    r = read.load("bytetransformer")
     assert r.sources[0].commit.startswith("44c66ae8") and r.sources[0].submodules["3rdparty/cutlass"].startswith("319a389f")
     cases = r.experiment("bytetransformer").cases()
     assert [(c["batch"], c["seqlen"], c["avg_seqlen"]) for c in cases][:3] == [(1, 128, 76), (1, 512, 307), (1, 1024, 614)]
@@ -42,7 +42,7 @@ def test_bytetransformer_pins_the_papers_commits_and_its_grid():
 
 def test_an_unknown_recipe_suggests_the_closest_name():
     with pytest.raises(RecipeError, match=r"no recipe named `bytetransformr`; did you mean `bytetransformer`\?"):
-        model.load("bytetransformr")
+        read.load("bytetransformr")
 
 
 @pytest.mark.parametrize("edit, words", [
@@ -60,7 +60,7 @@ def test_a_malformed_recipe_is_one_sentence_naming_file_and_key(tmp_path, edit, 
     folder = write_recipe(tmp_path / "recipes" / "fastop", {"paper": "a" * 40, "helper": "b" * 40})
     (folder / "recipe.toml").write_text(edit((folder / "recipe.toml").read_text()))
     with pytest.raises(RecipeError, match=words) as e:
-        model.load("fastop", tmp_path / "recipes")
+        read.load("fastop", tmp_path / "recipes")
     assert "recipes/fastop/recipe.toml" in str(e.value) and "\n" not in str(e.value)
 
 
@@ -76,7 +76,7 @@ def test_derived_values_are_arithmetic_only():
 
 def test_sources_come_through_the_mirror_with_submodules_verified(paper):
     root, commits = paper
-    recipe = model.load(str(write_recipe(root / "r" / "fastop", commits)))
+    recipe = read.load(str(write_recipe(root / "r" / "fastop", commits)))
     got = sources.fetch(recipe.sources[0])
     assert got["commit"] == commits["paper"] and got["submodules"] == {"third/helper": commits["helper"]}
     tree = root / "tree"
@@ -88,7 +88,7 @@ def test_sources_come_through_the_mirror_with_submodules_verified(paper):
 
 def test_a_commit_the_mirror_lacks_is_named(paper):
     root, commits = paper
-    recipe = model.load(str(write_recipe(root / "r" / "fastop", {**commits, "paper": "1" * 40})))
+    recipe = read.load(str(write_recipe(root / "r" / "fastop", {**commits, "paper": "1" * 40})))
     with pytest.raises(RecipeError, match=r"https://github.com/paper-lab/fastop has no commit 1{40}"):
         sources.fetch(recipe.sources[0])
 
@@ -96,7 +96,7 @@ def test_a_commit_the_mirror_lacks_is_named(paper):
 def test_an_unreachable_source_names_url_and_commit_to_mirror(paper, monkeypatch):
     root, commits = paper
     monkeypatch.setenv("GIT_CONFIG_VALUE_0", "https://example.invalid/")  # the mirror no longer covers github.com
-    recipe = model.load(str(write_recipe(root / "r" / "fastop", commits)))
+    recipe = read.load(str(write_recipe(root / "r" / "fastop", commits)))
     with pytest.raises(RecipeError, match=rf"cannot fetch https://github.com/paper-lab/fastop .*mirror that repository "
                                           rf"with commit {commits['paper']}"):
         sources.fetch(recipe.sources[0])
@@ -104,7 +104,7 @@ def test_an_unreachable_source_names_url_and_commit_to_mirror(paper, monkeypatch
 
 def test_a_submodule_at_another_commit_than_the_recipes_is_refused(paper):
     root, commits = paper
-    recipe = model.load(str(write_recipe(root / "r" / "fastop", {**commits, "helper": "2" * 40})))
+    recipe = read.load(str(write_recipe(root / "r" / "fastop", {**commits, "helper": "2" * 40})))
     with pytest.raises(RecipeError, match=r"submodule third/helper is at [0-9a-f]{40}, not the recipe's 2{40}"):
         sources.fetch(recipe.sources[0])
 
@@ -113,7 +113,7 @@ def test_a_patch_that_does_not_apply_names_file_and_line(paper):
     root, commits = paper
     folder = write_recipe(root / "r" / "fastop", commits)
     (folder / "patches/speed.diff").write_text((folder / "patches/speed.diff").read_text().replace("SPEED=2", "SPEED=3"))
-    recipe = model.load(str(folder))
+    recipe = read.load(str(folder))
     sources.fetch(recipe.sources[0])
     with pytest.raises(RecipeError, match=r"patch patches/speed.diff does not apply to fastop at build.sh line 1"):
         sources.check_patches(recipe)
@@ -129,9 +129,9 @@ def _runner(outputs: dict[str, str], calls: list[list[str]], code: int = 0):
 
 
 def test_metrics_are_extracted_per_repeat_and_a_case_runs_in_its_folder(tmp_path):
-    recipe = model.load(str(write_recipe(tmp_path / "fastop", {"paper": "a" * 40, "helper": "b" * 40})))
+    recipe = read.load(str(write_recipe(tmp_path / "fastop", {"paper": "a" * 40, "helper": "b" * 40})))
     calls: list[list[str]] = []
-    cases = experiments.run_all(recipe, [recipe.experiment("fastop")], {}, image="img", raw=tmp_path / "raw",
+    cases = experiments.run_all([recipe.experiment("fastop")], {}, image="img", raw=tmp_path / "raw",
                                 quick=False, runner=_runner({"10": "max diff: 0.001\ntime: 20 ms\n",
                                                              "20": "max diff: 0.5\ntime: 40 ms\n"}, calls),
                                 out=open("/dev/null", "w"))
@@ -142,16 +142,16 @@ def test_metrics_are_extracted_per_repeat_and_a_case_runs_in_its_folder(tmp_path
 
 
 def test_a_metric_that_matches_nothing_names_the_experiment_and_the_last_lines(tmp_path):
-    recipe = model.load(str(write_recipe(tmp_path / "fastop", {"paper": "a" * 40, "helper": "b" * 40})))
-    cases = experiments.run_all(recipe, [recipe.experiment("fastop")], {}, image="img", raw=tmp_path / "raw",
+    recipe = read.load(str(write_recipe(tmp_path / "fastop", {"paper": "a" * 40, "helper": "b" * 40})))
+    cases = experiments.run_all([recipe.experiment("fastop")], {}, image="img", raw=tmp_path / "raw",
                                 quick=True, runner=_runner({"10": "segfault somewhere\n"}, []), out=open("/dev/null", "w"))
     assert cases[0].problem.startswith("fastop {'n': 10}: metric time_ms (/time: ([0-9.]+) ms/) matched nothing")
     assert "segfault somewhere" in cases[0].problem
 
 
 def test_a_failing_or_timed_out_case_is_recorded_and_the_run_goes_on(tmp_path):
-    recipe = model.load(str(write_recipe(tmp_path / "fastop", {"paper": "a" * 40, "helper": "b" * 40})))
-    cases = experiments.run_all(recipe, list(recipe.experiments), {}, image="img", raw=tmp_path / "raw", quick=True,
+    recipe = read.load(str(write_recipe(tmp_path / "fastop", {"paper": "a" * 40, "helper": "b" * 40})))
+    cases = experiments.run_all(list(recipe.experiments), {}, image="img", raw=tmp_path / "raw", quick=True,
                                 runner=_runner({}, [], code=experiments.TIMED_OUT), out=open("/dev/null", "w"))
     assert len(cases) == 2 and "timed out after 60 s" in cases[0].problem and "timed out after 600 s" in cases[1].problem
     assert len(cases[0].runs) == 1  # a failed repeat stops that case's repeats
@@ -165,7 +165,7 @@ def _case(exp: str, n: int, ms: float | None, sane: bool = True, problem: str | 
 
 @pytest.fixture
 def fastop(tmp_path) -> model.Recipe:
-    return model.load(str(write_recipe(tmp_path / "fastop", {"paper": "a" * 40, "helper": "b" * 40})))
+    return read.load(str(write_recipe(tmp_path / "fastop", {"paper": "a" * 40, "helper": "b" * 40})))
 
 
 def test_ratio_claims_are_judged_against_the_baseline_of_the_same_run(fastop):
@@ -197,7 +197,7 @@ def test_claims_whose_cases_did_not_run_say_why(fastop):
 def test_absolute_claims_are_judged_only_on_the_papers_gpu_model(tmp_path):
     extra = ('[[claims]]\nname = "n10 time"\nexperiment = "fastop"\ncase = { n = 10 }\njudge = "absolute"\n'
              'value = 21\nunit = "ms"\ngpu = "A100"\nwhere = "table 2"\n')
-    recipe = model.load(str(write_recipe(tmp_path / "f", {"paper": "a" * 40, "helper": "b" * 40}, extra=extra)))
+    recipe = read.load(str(write_recipe(tmp_path / "f", {"paper": "a" * 40, "helper": "b" * 40}, extra=extra)))
     cases = [_case("fastop", 10, 20), _case("baseline", 10, 100)]
     on_h100 = claims.judge(recipe, cases, gpu_name="NVIDIA H100 80GB HBM3")[2]
     assert on_h100.verdict == "not run" and "only on the paper's A100" in on_h100.why and on_h100.measured == 20
@@ -217,7 +217,7 @@ def test_check_builds_and_fetches_nothing_and_is_fast(tmp_path, monkeypatch):
 def test_a_target_with_archs_the_code_does_not_support_is_refused_before_anything_is_built(tmp_path):
     from kernellab.recipes import build
 
-    recipe = model.load("bytetransformer")
+    recipe = read.load("bytetransformer")
     with pytest.raises(RecipeError, match=r"target cu130-pip builds for sm_86, sm_89, which recipe bytetransformer's "
                                           r"code does not support"):
         build.resolve_target(recipe, "cu130-pip")
@@ -254,10 +254,56 @@ def test_every_shipped_recipes_sources_come_through_the_mirror_and_its_patches_a
 
     use_paper_mirror(monkeypatch)
     monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path))
-    for name in model.names():
-        recipe = model.load(name)
+    for name in read.names():
+        recipe = read.load(name)
         for source in recipe.sources:
             got = sources.fetch(source)
             assert got["commit"] == source.commit
             assert all(got["submodules"][p] == c for p, c in source.submodules.items())
         assert sources.check_patches(recipe) == []
+
+
+def _gpu(cc: str = "9.0", mib: int = 81559, name: str = "NVIDIA H100 80GB HBM3"):
+    from kernellab.gpu import HostGpu
+
+    return HostGpu(0, name, "GPU-0", cc, "580.159.04", mib)
+
+
+def test_a_machine_short_of_what_the_code_needs_is_refused_in_one_sentence(monkeypatch, tmp_path):
+    from kernellab.recipes import checks
+
+    recipe = read.load("bytetransformer")   # needs sm_70/75/80/90, 8 GB of GPU memory, 8 GB RAM, 20 GB disk
+    assert checks.check_host(recipe, gpus=[_gpu()], run=True) == []
+    with pytest.raises(RecipeError, match=r"GPU 0 \(NVIDIA GeForce RTX 3090, sm_86\) is not one recipe "
+                                          r"bytetransformer's code supports .*; run on such a GPU"):
+        checks.check_host(recipe, gpus=[_gpu("8.6", 24576, "NVIDIA GeForce RTX 3090")], run=True)
+    with pytest.raises(RecipeError, match=r"GPU 0 \(NVIDIA T4\) has 4 GB and recipe bytetransformer needs 8 GB"):
+        checks.check_host(recipe, gpus=[_gpu("7.5", 4096, "NVIDIA T4")], run=True)
+    with pytest.raises(RecipeError, match=r"runs on an NVIDIA GPU .* and this machine has none"):
+        checks.check_host(recipe, gpus=[], run=True)
+    assert "no GPU here: building works" in checks.check_host(recipe, gpus=[])[0]   # a build needs none
+    monkeypatch.setattr(checks, "host_ram_gb", lambda: 4.0)
+    with pytest.raises(RecipeError, match=r"needs 8 GB of host RAM and this machine has 4.0 GB"):
+        checks.check_host(recipe, gpus=[_gpu()])
+    monkeypatch.setattr(checks, "host_ram_gb", lambda: 64.0)
+    monkeypatch.setattr(checks, "free_disk_gb", lambda path: 3.0)
+    with pytest.raises(RecipeError, match=r"needs 20 GB free for its build and .* has 3.0 GB"):
+        checks.check_host(recipe, gpus=[_gpu()], disk=tmp_path)
+
+
+def test_the_task_says_what_it_wants_in_one_sentence_with_exit_code_2():
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    def invoke(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True)
+
+    r = invoke("recipe", "rn", "bytetransformer")
+    assert r.returncode == 2 and "`invoke recipe rn` is not a verb; use one of check, build, run" in r.stderr
+    r = invoke("recipe", "check", "bytetransformr")
+    assert r.returncode == 2 and "did you mean `bytetransformer`?" in r.stderr and "Traceback" not in r.stderr
+    r = invoke("recipe", "run", "bytetransformer", "-k", "nothing_like_it")
+    assert r.returncode == 2 and "-k 'nothing_like_it' matches no experiment of recipe bytetransformer" in r.stderr
+    assert "bytetransformer" in invoke("recipes").stdout

@@ -13,7 +13,7 @@ import pytest
 
 from kernellab import engine
 from kernellab.errors import BuildError
-from kernellab.recipes import build, model, verbs
+from kernellab.recipes import build, read, verbs
 from recipe_fixtures import make_mirror, mirror_env, write_recipe
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -39,7 +39,7 @@ def _stamp(image: str) -> str:
 
 def test_a_recipe_builds_each_step_as_a_layer_and_an_unchanged_rebuild_builds_nothing(paper):
     root, commits = paper
-    recipe = model.load(str(write_recipe(root / "r" / "fastop", commits)))
+    recipe = read.load(str(write_recipe(root / "r" / "fastop", commits)))
     first = build.build(recipe, engine=DOCKER, out=io.StringIO())
     assert not first.cached
     labels = DOCKER.labels(first.image_id)
@@ -56,7 +56,7 @@ def test_a_recipe_builds_each_step_as_a_layer_and_an_unchanged_rebuild_builds_no
 def test_a_failing_step_is_named_with_its_log_and_the_next_build_resumes_there(paper):
     root, commits = paper
     folder = write_recipe(root / "r" / "fastop", commits, step2="echo compiling; exit 7")
-    recipe = model.load(str(folder))
+    recipe = read.load(str(folder))
     with pytest.raises(BuildError) as e:
         build.build(recipe, engine=DOCKER, out=io.StringIO())
     msg = str(e.value)
@@ -69,7 +69,7 @@ def test_a_failing_step_is_named_with_its_log_and_the_next_build_resumes_there(p
     before = build.build(recipe, upto=2, engine=DOCKER, out=io.StringIO())
     stamp = _stamp(before.image_id)
     write_recipe(root / "r" / "fastop", commits)  # the fix
-    fixed = build.build(model.load(str(folder)), engine=DOCKER, out=io.StringIO())
+    fixed = build.build(read.load(str(folder)), engine=DOCKER, out=io.StringIO())
     assert _stamp(fixed.image_id) == stamp  # step 1 was not run again: the build resumed at step 2
 
 
@@ -101,7 +101,7 @@ def test_bytetransformer_builds_for_sm80_and_sm90_in_a_cuda_image_ci_can_build(t
     use_paper_mirror(monkeypatch)
     monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path))
     engine.select("docker")
-    recipe = model.load("bytetransformer")
+    recipe = read.load("bytetransformer")
     built = build.build(recipe, engine=DOCKER, out=io.StringIO())
     assert built.env.values["cuda_archs"] == "80;90" and built.env.values["torch_arch_list"] == "8.0;9.0"
     labels = DOCKER.labels(built.image_id)
@@ -112,3 +112,21 @@ def test_bytetransformer_builds_for_sm80_and_sm90_in_a_cuda_image_ci_can_build(t
     elves = proc.run(argv).stdout
     assert "sm_80" in elves and "sm_90" in elves
     assert build.build(recipe, engine=DOCKER, out=io.StringIO()).cached
+
+
+def test_an_exported_recipe_carries_image_recipe_and_runs_and_a_damaged_file_stops_the_import(paper, tmp_path):
+    """Exports the small recipe's image (on kernellab:cpu, so a 2.6 GB save) with its folder and a run."""
+    from kernellab.transfer import importers
+
+    root, commits = paper
+    folder = write_recipe(root / "r" / "fastop", commits)
+    run, _, _ = verbs.run(str(folder), gpu_mode=False, quick=True, results=tmp_path / "results", engine=DOCKER,
+                          out=io.StringIO())
+    bundle = verbs.export(str(folder), tmp_path / "bundles", runs=(run,), engine=DOCKER, out=io.StringIO())
+    assert (bundle / "recipe" / "fastop" / "recipe.toml").is_file()
+    assert (bundle / "recipe" / "runs" / run.name / "summary.md").is_file()
+    sums = (bundle / "FILES.SHA256SUMS").read_text()
+    assert "recipe/fastop/patches/speed.diff" in sums and f"recipe/runs/{run.name}/run.json" in sums
+    (bundle / "recipe" / "fastop" / "recipe.toml").write_text("tampered\n")
+    with pytest.raises(Exception, match=r"travel with the image .* missing or damaged: recipe/fastop/recipe.toml"):
+        importers.import_bundle(bundle, engine=DOCKER)

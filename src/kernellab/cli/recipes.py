@@ -38,7 +38,7 @@ def recipe(c: Context, verb: str, name: str, k: str | None = None, quick: bool =
            gpu_mode: str | None = None, gpu_index: str | None = None, engine: str | None = None) -> None:
     """Paper recipes: `invoke recipe check|build|run|shell|export NAME` (docs/recipes.md; `invoke recipes` lists)."""
     from ..recipes import build as builds
-    from ..recipes import model, record, verbs
+    from ..recipes import read, record, verbs
 
     if verb not in VERBS:
         raise RecipeError(f"`invoke recipe {verb}` is not a verb; use one of {', '.join(VERBS)} "
@@ -47,7 +47,7 @@ def recipe(c: Context, verb: str, name: str, k: str | None = None, quick: bool =
     if verb == "check":
         print(verbs.check(name, target=target))
     elif verb == "build":
-        built = builds.build(model.load(name), target=target, wheelhouse=wheels, no_cache=no_cache)
+        built = builds.build(read.load(name), target=target, wheelhouse=wheels, no_cache=no_cache)
         how = "unchanged: nothing rebuilt" if built.cached else "built"
         print(f"{built.tags[0]} ({built.image_id[:19]}): {how} in {built.seconds:.1f} s")
     elif verb == "run":

@@ -89,8 +89,8 @@ def _last_lines(text: str, n: int = 8) -> str:
     return "\n".join(text.rstrip().splitlines()[-n:]) or "(no output)"
 
 
-def run_case(recipe: Recipe, exp: Experiment, params: dict[str, Any], vals: dict[str, Any], *, image: str, raw: Path,
-             repeats: int, runner: Callable[..., int], out: IO[str]) -> Case:
+def run_case(exp: Experiment, params: dict[str, Any], vals: dict[str, Any], *, image: str, raw: Path, repeats: int,
+             runner: Callable[..., int]) -> Case:
     case = Case(exp.name, {k: v for k, v in params.items()})
     case.command = substitute(exp.run, {**vals, **params})
     outputs = []
@@ -152,8 +152,10 @@ def container_runner(gpu: bool | str = True, gpu_index: str | None = None,
     return run
 
 
-def run_all(recipe: Recipe, experiments: list[Experiment], vals: dict[str, Any], *, image: str, raw: Path,
-            quick: bool, runner: Callable[..., int], out: IO[str]) -> list[Case]:
+def run_all(experiments: list[Experiment], vals: dict[str, Any], *, image: str, raw: Path, quick: bool,
+            runner: Callable[..., int], out: IO[str]) -> list[Case]:
+    """Every case of the experiments (--quick: their quick grids, one repeat), in order; a failed case is
+    recorded with why and the next one runs."""
     plan = [(e, p) for e in experiments for p in e.cases(quick)]
     cases = []
     for i, (exp, params) in enumerate(plan, 1):
@@ -161,7 +163,7 @@ def run_all(recipe: Recipe, experiments: list[Experiment], vals: dict[str, Any],
         shown = " ".join(f"{k}={v}" for k, v in params.items())
         out.write(f"[{i}/{len(plan)}] {exp.name} {shown} ({repeats} run{'s' * (repeats > 1)}) ... ")
         out.flush()
-        case = run_case(recipe, exp, params, vals, image=image, raw=raw, repeats=repeats, runner=runner, out=out)
+        case = run_case(exp, params, vals, image=image, raw=raw, repeats=repeats, runner=runner)
         if case.problem:
             out.write(f"FAILED\n  {case.problem}\n")
         else:

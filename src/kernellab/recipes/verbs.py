@@ -12,14 +12,14 @@ from .. import containers, gpu
 from ..engine import Engine, resolve_engine
 from ..errors import RecipeError
 from . import build as builds
-from . import checks, claims, experiments, model, record, sources, values
+from . import checks, claims, experiments, model, read, record, sources, values
 
 
-def listing(root: Path = model.RECIPES) -> str:
+def listing(root: Path = read.RECIPES) -> str:
     rows = []
-    for name in model.names(root):
+    for name in read.names(root):
         try:
-            r = model.load(name, root)
+            r = read.load(name, root)
             rows.append(f"{name:<18} {r.paper.title} ({r.paper.venue} {r.paper.year}); "
                         f"{len(r.experiments)} experiments, {len(r.claims)} claims")
         except RecipeError as e:
@@ -29,7 +29,7 @@ def listing(root: Path = model.RECIPES) -> str:
 
 def check(name: str, *, target: str | None = None) -> str:
     """Validate the recipe, resolve its environment, check this machine: builds and fetches nothing."""
-    recipe = model.load(name)
+    recipe = read.load(name)
     spec, _ = builds.resolve_target(recipe, target)
     notes = checks.check_host(recipe, gpus=gpu.host_gpus())
     unchecked = sources.check_patches(recipe)
@@ -54,7 +54,7 @@ def run(name: str, *, target: str | None = None, k: str | None = None, quick: bo
         runner: Callable[..., int] | None = None, results: Path = record.RESULTS, engine: Engine | None = None,
         out: IO[str] = sys.stdout) -> tuple[Path, list[claims.Verdict], list[experiments.Case]]:
     """Build (cached), run the selected experiments, judge the claims, write the record; return its folder."""
-    recipe = model.load(name)
+    recipe = read.load(name)
     chosen = experiments.select(recipe, k)
     eng = resolve_engine(engine).require()
     host = gpu.host_gpus()
@@ -65,7 +65,7 @@ def run(name: str, *, target: str | None = None, k: str | None = None, quick: bo
     about = record.machine(gpu_index)
     gpu_name = (about["gpu"] or {}).get("name")
     folder = record.run_folder(recipe.name, gpu_name, results)
-    cases = experiments.run_all(recipe, chosen, env_.values, image=built.image_id, raw=folder / "raw", quick=quick,
+    cases = experiments.run_all(chosen, env_.values, image=built.image_id, raw=folder / "raw", quick=quick,
                                 runner=runner or experiments.container_runner(gpu_mode, gpu_index, eng), out=out)
     verdicts = claims.judge(recipe, cases, gpu_name=gpu_name)
     labels = builds.verified_image(recipe, built.image_id, eng)
@@ -94,7 +94,7 @@ def _chosen_gpus(host: list[gpu.HostGpu], gpu_index: str | None) -> list[gpu.Hos
 def shell(name: str, *, step: int | None = None, target: str | None = None, gpu_mode: bool | str = True,
           gpu_index: str | None = None, engine: Engine | None = None, out: IO[str] = sys.stdout) -> int:
     """A shell in the recipe's image, or in the state before step N, with the prepared sources at /src."""
-    recipe = model.load(name)
+    recipe = read.load(name)
     if step is not None and not 1 <= step <= len(recipe.steps):
         raise RecipeError(f"--step {step}: recipe {recipe.name} has steps 1 to {len(recipe.steps)} "
                           f"({', '.join(s.name for s in recipe.steps)}).")
@@ -116,7 +116,7 @@ def export(name: str, output: Path, *, target: str | None = None, runs: tuple[Pa
     """The built image, the recipe and its runs as one verified bundle (kernellab.transfer's format)."""
     from ..transfer import export as transfer_export
 
-    recipe = model.load(name)
+    recipe = read.load(name)
     eng = resolve_engine(engine).require()
     built = builds.build(recipe, target=target, engine=eng, out=out)
     bundle = transfer_export.export_image(built.tags[0], output, chunk_size=chunk_size, engine=eng)

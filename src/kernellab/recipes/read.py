@@ -1,0 +1,303 @@
+"""Finding recipes and reading `recipes/<name>/recipe.toml` into the typed records of kernellab.recipes.model.
+
+Every mistake in a recipe is one RecipeError naming the file and the key, e.g.
+`recipes/bt/recipe.toml: sources[0].commit must be a full 40-hex commit (never a branch or a tag), not 'main'`.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from .. import ROOT
+from ..errors import RecipeError
+from .model import (
+    BETTER,
+    FILE,
+    JUDGES,
+    PLACEHOLDER,
+    Claim,
+    Experiment,
+    Metric,
+    Paper,
+    Patch,
+    Recipe,
+    Requirements,
+    Sanity,
+    Source,
+    Step,
+    did_you_mean,
+    evaluate,
+)
+from .values import KNOWN
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python < 3.11
+    import tomli as tomllib  # type: ignore[no-redef]
+
+RECIPES = ROOT / "recipes"
+
+
+# --------------------------------------------------------------------------- finding recipes
+
+def names(root: Path = RECIPES) -> list[str]:
+    return sorted(p.parent.name for p in root.glob(f"*/{FILE}")) if root.is_dir() else []
+
+
+def find(name: str, root: Path = RECIPES) -> Path:
+    """The folder of recipe NAME (or a path to a recipe folder); RecipeError with the closest names."""
+    path = Path(name)
+    if (path / FILE).is_file():
+        return path
+    if (root / name / FILE).is_file():
+        return root / name
+    known = names(root)
+    listing = f" (recipes: {', '.join(known)})" if known else f" ({root} holds none)"
+    raise RecipeError(f"no recipe named `{name}`{did_you_mean(name, known)}{listing}.")
+
+
+def load(name: str, root: Path = RECIPES) -> Recipe:
+    folder = find(name, root)
+    file = folder / FILE
+    try:
+        data = tomllib.loads(file.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise RecipeError(f"{_shown_path(file)} is not valid TOML: {e}.") from None
+    return parse(folder.name, folder, data)
+
+
+def _shown_path(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
+# --------------------------------------------------------------------------- reading tables
+
+class _Table:
+    """One TOML table and where it is, so that every complaint names file and key."""
+
+    def __init__(self, file: str, where: str, data: Any):
+        if not isinstance(data, dict):
+            raise RecipeError(f"{file}: {where or 'the file'} must be a table, not {type(data).__name__} {data!r}.")
+        self.file, self.where, self.data = file, where, data
+
+    def key(self, k: str) -> str:
+        return f"{self.where}.{k}" if self.where else k
+
+    def fail(self, k: str, what: str) -> RecipeError:
+        return RecipeError(f"{self.file}: {self.key(k)} {what}.")
+
+    def known(self, *keys: str) -> _Table:
+        unknown = sorted(set(self.data) - set(keys))
+        if unknown:
+            raise RecipeError(f"{self.file}: {self.where or 'the file'} has unknown keys {unknown}; "
+                              f"known keys: {sorted(keys)}.")
+        return self
+
+    def get(self, k: str, kind: type | tuple[type, ...], default: Any = ..., check: Callable[[Any], bool] | None = None,
+            expect: str = "") -> Any:
+        if k not in self.data:
+            if default is ...:
+                raise self.fail(k, f"is missing{f' (expected {expect})' if expect else ''}")
+            return default
+        v = self.data[k]
+        if kind is float and isinstance(v, int) and not isinstance(v, bool):
+            v = float(v)
+        if not isinstance(v, kind) or isinstance(v, bool) and kind is not bool or (check and not check(v)):
+            raise self.fail(k, f"must be {expect or getattr(kind, '__name__', kind)}, not {v!r}")
+        return v
+
+    def text(self, k: str, default: Any = ..., expect: str = "a string") -> Any:
+        return self.get(k, str, default, lambda v: bool(v.strip()), expect)
+
+    def strings(self, k: str) -> tuple[str, ...]:
+        v = self.get(k, list, [], lambda v: all(isinstance(x, str) for x in v), "a list of strings")
+        return tuple(v)
+
+    def sub(self, k: str, default: Any = ...) -> _Table:
+        return _Table(self.file, self.key(k), self.get(k, dict, {} if default is not ... else ..., expect="a table"))
+
+    def items(self, k: str) -> Iterator[_Table]:
+        v = self.get(k, list, [], expect="an array of tables ([[" + self.key(k) + "]])")
+        for i, item in enumerate(v):
+            yield _Table(self.file, f"{self.key(k)}[{i}]", item)
+
+
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def parse(name: str, folder: Path, data: dict[str, Any]) -> Recipe:
+    file = _shown_path(folder / FILE)
+    top = _Table(file, "", data).known("paper", "environment", "requirements", "sources", "patches", "steps",
+                                       "experiments", "claims")
+    p = top.sub("paper").known("title", "venue", "year", "link")
+    paper = Paper(p.text("title"), p.text("venue"), p.get("year", int, expect="a year such as 2023"),
+                  p.text("link", expect="a URL"))
+    env = top.sub("environment").known("target", "pip")
+    target, table = None, None
+    if isinstance(env.data.get("target"), dict):
+        table = env.sub("target").data
+    else:
+        target = env.text("target", expect='a named target such as "cu124-debian", or an inline table')
+    r = top.sub("requirements", {}).known("archs", "gpu_memory_gb", "ram_gb", "disk_gb", "note")
+    archs = r.strings("archs")
+    for a in archs:
+        if not re.match(r"^\d+\.\d+$", a):
+            raise r.fail("archs", f'lists {a!r}; write compute capabilities such as "8.0"')
+    gb = {k: r.get(k, float, None, lambda v: v > 0, "a positive number of GB")
+          for k in ("gpu_memory_gb", "ram_gb", "disk_gb")}
+    requirements = Requirements(archs, note=r.text("note", ""), **gb)
+    sources = tuple(_source(t) for t in top.items("sources"))
+    if not sources:
+        raise top.fail("sources", "must name at least one repository ([[sources]] with url and commit)")
+    _unique(top, "sources", [s.name for s in sources])
+    patches = tuple(_patch(t, folder, [s.name for s in sources]) for t in top.items("patches"))
+    steps = tuple(Step(t.known("name", "run", "cwd").text("name"), t.text("run"), t.text("cwd", "."))
+                  for t in top.items("steps"))
+    _unique(top, "steps", [s.name for s in steps])
+    experiments = tuple(_experiment(t) for t in top.items("experiments"))
+    _unique(top, "experiments", [e.name for e in experiments])
+    claims = tuple(_claim(t, {e.name: e for e in experiments}) for t in top.items("claims"))
+    _unique(top, "claims", [c.name for c in claims])
+    for i, s in enumerate(steps):
+        _placeholders(file, f"steps[{i}].run", s.run, set(KNOWN))
+    for i, e in enumerate(experiments):
+        _placeholders(file, f"experiments[{i}].run", e.run, set(KNOWN) | set(e.grid) | set(e.derive))
+    return Recipe(name, folder, paper, target, table, env.strings("pip"), requirements, sources, patches, steps,
+                  experiments, claims)
+
+
+def _unique(t: _Table, key: str, values: list[str]) -> None:
+    seen = [v for i, v in enumerate(values) if v in values[:i]]
+    if seen:
+        raise t.fail(key, f"names `{seen[0]}` twice; names must be unique")
+
+
+def _source(t: _Table) -> Source:
+    t.known("name", "url", "commit", "dest", "submodules")
+    url = t.text("url", expect="a git URL such as https://github.com/owner/repo")
+    commit = t.get("commit", str, check=lambda v: bool(_COMMIT.match(v)),
+                   expect="a full 40-hex commit (never a branch or a tag)")
+    subs = t.sub("submodules", {})
+    for path, c in subs.data.items():
+        if not isinstance(c, str) or not _COMMIT.match(c):
+            raise subs.fail(path, f"must be a full 40-hex commit, not {c!r}")
+    dest = t.text("dest", ".")
+    if Path(dest).is_absolute() or ".." in Path(dest).parts:
+        raise t.fail("dest", f"must be a folder under /src such as \"third_party/x\", not {dest!r}")
+    name = t.text("name", url.rstrip("/").removesuffix(".git").rsplit("/", 1)[-1])
+    if not _NAME.match(name):
+        raise t.fail("name", f"must be a plain name (letters, digits, -_.), not {name!r}")
+    return Source(name, url, commit, dest, dict(subs.data))
+
+
+def _patch(t: _Table, folder: Path, sources: list[str]) -> Patch:
+    t.known("file", "source", "reason")
+    rel = t.text("file", expect="a diff file beside recipe.toml, such as \"patches/abi.diff\"")
+    path = folder / rel
+    if not path.is_file():
+        raise t.fail("file", f"names {rel}, which is not a file in {_shown_path(folder)}")
+    source = t.text("source", sources[0])
+    if source not in sources:
+        raise t.fail("source", f"names `{source}`, which is not a source (sources: {', '.join(sources)})")
+    return Patch(path, source, t.text("reason", expect="why the patch exists (one sentence)"))
+
+
+def _regex(t: _Table, key: str) -> str:
+    pattern = t.text(key, expect="a regular expression with one group, such as 'time: ([0-9.]+) ms'")
+    try:
+        groups = re.compile(pattern, re.MULTILINE).groups
+    except re.error as e:
+        raise t.fail(key, f"is not a regular expression ({e})") from None
+    if groups != 1:
+        raise t.fail(key, f"must have exactly one group (the number), not {groups}")
+    return pattern
+
+
+def _grid(t: _Table, key: str) -> dict[str, tuple[Any, ...]]:
+    g = t.sub(key, {})
+    out = {}
+    for k, v in g.data.items():
+        values = v if isinstance(v, list) else [v]
+        if not values or not all(isinstance(x, (int, float, str)) and not isinstance(x, bool) for x in values):
+            raise g.fail(k, "must be a value or a non-empty list of numbers or strings")
+        out[k] = tuple(values)
+    return out
+
+
+def _experiment(t: _Table) -> Experiment:
+    t.known("name", "run", "cwd", "grid", "derive", "quick", "repeats", "timeout_s", "metrics", "sanity",
+            "description")
+    name = t.text("name")
+    grid, quick = _grid(t, "grid"), _grid(t, "quick")
+    for k in quick:
+        if k not in grid:
+            raise t.fail("quick", f"names `{k}`, which is not in the grid ({', '.join(grid) or 'empty'})")
+    derive = t.sub("derive", {})
+    for k, expr in derive.data.items():
+        if not isinstance(expr, str):
+            raise derive.fail(k, f"must be an expression over the grid's names such as \"seqlen * 60 // 100\", not {expr!r}")
+        try:
+            evaluate(expr, {g: v[0] for g, v in grid.items()})
+        except RecipeError as e:
+            raise derive.fail(k, str(e)) from None
+    metrics = tuple(Metric(m.known("name", "regex", "unit", "better").text("name"), _regex(m, "regex"),
+                           m.text("unit", ""), m.get("better", str, "lower", lambda v: v in BETTER, '"lower" or "higher"'))
+                    for m in t.items("metrics"))
+    if not metrics:
+        raise t.fail("metrics", "must name at least one metric ([[experiments.metrics]] with name and regex)")
+    sanity = []
+    for s in t.items("sanity"):
+        s.known("name", "regex", "max", "min")
+        check = Sanity(s.text("name"), _regex(s, "regex"), s.get("max", float, None), s.get("min", float, None))
+        if check.max is None and check.min is None:
+            raise s.fail("max", "or min must bound the value (a sanity pattern with no bound checks nothing)")
+        sanity.append(check)
+    return Experiment(name, t.text("run"), t.text("cwd", "."), grid, dict(derive.data), quick,
+                      t.get("repeats", int, 1, lambda v: v >= 1, "a count >= 1"),
+                      t.get("timeout_s", float, 600.0, lambda v: v > 0, "seconds > 0"), metrics, tuple(sanity),
+                      t.text("description", ""))
+
+
+def _claim(t: _Table, experiments: dict[str, Experiment]) -> Claim:
+    t.known("name", "experiment", "metric", "case", "value", "unit", "gpu", "where", "judge", "baseline",
+            "baseline_value", "tolerance", "setting")
+    exp_name = t.text("experiment")
+    exp = experiments.get(exp_name)
+    if exp is None:
+        raise t.fail("experiment", f"names `{exp_name}`, which is not an experiment{did_you_mean(exp_name, list(experiments))}")
+    metric = t.text("metric", exp.metrics[0].name)
+    if exp.metric(metric) is None:
+        raise t.fail("metric", f"names `{metric}`, which experiment {exp_name} does not extract")
+    case = dict(t.sub("case", {}).data)
+    if case and not any(all(c.get(k) == v for k, v in case.items()) for c in exp.cases()):
+        raise t.fail("case", f"{case} is not a case of experiment {exp_name} (grid: {dict(exp.grid)})")
+    judge = t.get("judge", str, "ratio", lambda v: v in JUDGES, '"ratio" or "absolute"')
+    baseline = t.text("baseline", None)
+    baseline_value = t.get("baseline_value", float, None, lambda v: v > 0, "a positive number")
+    if judge == "ratio":
+        if baseline is None or baseline_value is None:
+            raise t.fail("baseline", "and baseline_value are needed to judge a ratio (the baseline experiment of this "
+                         "run, and the paper's number for it)")
+        base = experiments.get(baseline)
+        if base is None:
+            raise t.fail("baseline", f"names `{baseline}`, which is not an experiment{did_you_mean(baseline, list(experiments))}")
+        if base.metric(metric) is None:
+            raise t.fail("baseline", f"experiment {baseline} does not extract metric `{metric}`")
+    return Claim(t.text("name"), exp_name, metric, case, t.get("value", float, check=lambda v: v > 0,
+                                                                  expect="the paper's number (positive)"),
+                 t.text("unit", ""), t.text("gpu", expect='the paper\'s GPU, such as "A100"'),
+                 t.text("where", expect='where the paper prints it, such as "README, table 2"'), judge, baseline,
+                 baseline_value, t.get("tolerance", float, 0.1, lambda v: 0 <= v < 1, "a fraction in [0, 1)"),
+                 t.text("setting", ""))
+
+
+def _placeholders(file: str, key: str, text: str, known: set[str]) -> None:
+    for m in PLACEHOLDER.finditer(text):
+        if m.group(1) not in known:
+            raise RecipeError(f"{file}: {key} uses {{{m.group(1)}}}, which is not a known value"
+                              f"{did_you_mean(m.group(1), sorted(known))} (known: {', '.join(sorted(known))}).")
