@@ -13,7 +13,7 @@ import pytest
 
 from kernellab import engine
 from kernellab.errors import BuildError
-from kernellab.recipes import build, read, verbs
+from kernellab.recipes import build, experiments, read, verbs
 from recipe_fixtures import make_mirror, mirror_env, write_recipe
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -130,3 +130,24 @@ def test_an_exported_recipe_carries_image_recipe_and_runs_and_a_damaged_file_sto
     (bundle / "recipe" / "fastop" / "recipe.toml").write_text("tampered\n")
     with pytest.raises(Exception, match=r"travel with the image .* missing or damaged: recipe/fastop/recipe.toml"):
         importers.import_bundle(bundle, engine=DOCKER)
+
+
+def test_ctrl_c_midway_keeps_what_ran_in_the_record(paper, tmp_path):
+    root, commits = paper
+    folder = write_recipe(root / "r" / "fastop", commits)
+    real = experiments.container_runner(False, None, DOCKER)
+    calls = []
+
+    def runner(image, command, **kw):
+        calls.append(command)
+        if len(calls) == 3:  # the second case's first repeat
+            raise KeyboardInterrupt
+        return real(image, command, **kw)
+
+    with pytest.raises(KeyboardInterrupt):
+        verbs.run(str(folder), gpu_mode=False, runner=runner, results=tmp_path / "results", engine=DOCKER,
+                  out=io.StringIO())
+    run = next((tmp_path / "results" / "fastop").iterdir())
+    data = json.loads((run / "run.json").read_text())
+    assert [c["params"] for c in data["cases"]] == [{"n": 10}] and data["cases"][0]["metrics"] == {"time_ms": 20.0}
+    assert [v["verdict"] for v in data["claims"]] == ["not run", "not run"]  # no baseline ran

@@ -153,11 +153,12 @@ def container_runner(gpu: bool | str = True, gpu_index: str | None = None,
 
 
 def run_all(experiments: list[Experiment], vals: dict[str, Any], *, image: str, raw: Path, quick: bool,
-            runner: Callable[..., int], out: IO[str]) -> list[Case]:
+            runner: Callable[..., int], out: IO[str], cases: list[Case] | None = None) -> list[Case]:
     """Every case of the experiments (--quick: their quick grids, one repeat), in order; a failed case is
-    recorded with why and the next one runs."""
+    recorded with why and the next one runs. Each case is appended to `cases` as it ends, so a caller
+    interrupted midway (Ctrl-C) still has what ran."""
     plan = [(e, p) for e in experiments for p in e.cases(quick)]
-    cases = []
+    cases = [] if cases is None else cases
     for i, (exp, params) in enumerate(plan, 1):
         repeats = 1 if quick else exp.repeats
         shown = " ".join(f"{k}={v}" for k, v in params.items())

@@ -6,7 +6,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import IO, Callable
+from typing import IO, Any, Callable
 
 from .. import containers, gpu
 from ..engine import Engine, resolve_engine
@@ -65,9 +65,20 @@ def run(name: str, *, target: str | None = None, k: str | None = None, quick: bo
     about = record.machine(gpu_index)
     gpu_name = (about["gpu"] or {}).get("name")
     folder = record.run_folder(recipe.name, gpu_name, results)
-    cases = experiments.run_all(chosen, env_.values, image=built.image_id, raw=folder / "raw", quick=quick,
-                                runner=runner or experiments.container_runner(gpu_mode, gpu_index, eng), out=out)
-    verdicts = claims.judge(recipe, cases, gpu_name=gpu_name)
+    cases: list[experiments.Case] = []
+    try:
+        experiments.run_all(chosen, env_.values, image=built.image_id, raw=folder / "raw", quick=quick,
+                            runner=runner or experiments.container_runner(gpu_mode, gpu_index, eng), out=out,
+                            cases=cases)
+    finally:  # interrupted or not, what ran is recorded (claims whose cases did not run say so)
+        verdicts = _record(recipe, folder, cases, built, about, k=k, quick=quick, eng=eng)
+    return folder, verdicts, cases
+
+
+def _record(recipe: model.Recipe, folder: Path, cases: list[experiments.Case], built: builds.Built,
+            about: dict[str, Any], *, k: str | None, quick: bool, eng: Engine) -> list[claims.Verdict]:
+    env_ = built.env
+    verdicts = claims.judge(recipe, cases, gpu_name=(about["gpu"] or {}).get("name"))
     labels = builds.verified_image(recipe, built.image_id, eng)
     lock = json.loads((values.context_dir(recipe.name) / "lock.json").read_text())
     provenance = {
@@ -81,7 +92,7 @@ def run(name: str, *, target: str | None = None, k: str | None = None, quick: bo
     }
     units = {m.name: m.unit for e in recipe.experiments for m in e.metrics}
     record.write(folder, provenance=provenance, cases=cases, verdicts=verdicts, units=units)
-    return folder, verdicts, cases
+    return verdicts
 
 
 def _chosen_gpus(host: list[gpu.HostGpu], gpu_index: str | None) -> list[gpu.HostGpu]:
