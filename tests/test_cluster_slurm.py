@@ -329,3 +329,32 @@ def test_a_shared_folder_the_nodes_do_not_see_is_named(slurm, shared: Path, runs
     assert p.returncode == 1, out
     assert "h100/task-0: failed" in out and "without writing its log or status file" in out, out
     assert f"is `shared` ({shared}) really shared with the nodes" in out and "Traceback" not in out, out
+
+
+@pytest.mark.docker
+def test_a_recipe_runs_on_slurm_one_task_per_experiment_and_gpu_type_judged_per_type(
+        slurm, shared: Path, default_image: str, runs: list[Path], tmp_path: Path, monkeypatch) -> None:
+    """The small recipe of tests/recipe_fixtures.py, built here on kernellab:cpu (two one-line steps), run through
+    the docker runtime on both stand-in GPU types; the nodes' engine has the image (load_images = false)."""
+    from recipe_fixtures import make_mirror, mirror_env, write_recipe
+
+    commits = make_mirror(tmp_path)
+    mirror_env(tmp_path, monkeypatch)
+    monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path / "cache"))
+    folder = write_recipe(tmp_path / "fastop", commits)
+    prof = profile(shared, "docker", name="recipes")
+    prof.write_text(prof.read_text().replace('runtime = "docker"', 'runtime = "docker"\nload_images = false'))
+    r = invoke("recipe", "run", str(folder), "--on", "slurm", "--profile", str(prof), "--quick")
+    out = r.stdout + r.stderr
+    runs.append(run_folder(out))
+    assert r.returncode == 0, out[-4000:]
+    local = runs[-1]
+    assert {k: v["state"] for k, v in tasks(local).items()} == {
+        "h100/fastop": "done", "h100/baseline": "done", "a100/fastop": "done", "a100/baseline": "done"}
+    summary = (local / "summary.md").read_text()
+    assert "| n10 speedup | 5x (A100) | 5x (reproduced) | 5x (reproduced) |" in summary, summary
+    assert "| n20 speedup | 20x (A100) | - (not run) | - (not run) |" in summary  # --quick: n=10 only
+    for gpu in ("h100", "a100"):
+        data = json.loads((local / gpu / "run.json").read_text())
+        assert data["cases"][0]["metrics"] == {"time_ms": 20.0} and data["image"]["recipe_sha256"]
+        assert (local / gpu / "fastop" / "raw" / "fastop" / "fastop-n10-r1.txt").is_file()

@@ -2,6 +2,7 @@
 patches, experiments' metrics and sanity patterns (a recording runner), claims' verdicts (synthetic cases)."""
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -307,3 +308,42 @@ def test_the_task_says_what_it_wants_in_one_sentence_with_exit_code_2():
     r = invoke("recipe", "run", "bytetransformer", "-k", "nothing_like_it")
     assert r.returncode == 2 and "-k 'nothing_like_it' matches no experiment of recipe bytetransformer" in r.stderr
     assert "bytetransformer" in invoke("recipes").stdout
+
+
+def test_a_cluster_task_runs_one_experiment_and_the_submitter_judges_each_gpu_type(tmp_path, monkeypatch):
+    """kernellab.recipes.task as a cluster node runs it (here natively: bash stands in for the image), then
+    kernellab.recipes.on_cluster.merge: one record per GPU type, claims judged on that type's GPU."""
+    from kernellab.cluster import plan
+    from kernellab.recipes import on_cluster, task
+
+    folder = write_recipe(tmp_path / "fastop", {"paper": "a" * 40, "helper": "b" * 40})
+    argv, env = plan.task_argv("recipe", "run1", "h100", "fastop", command=(str(folder), "--quick"))
+    assert argv == ["python3", "-m", "kernellab.recipes.task", str(folder), "--quick", "fastop", "--out",
+                    "results/run1/h100/fastop"] and env["KERNELLAB_GPU_TYPE"] == "h100"
+    src = tmp_path / "src"   # the image's /src: the fixture's bench.sh with the patch applied
+    src.mkdir()
+    (src / "out").mkdir()
+    (src / "out" / "config").write_text("SPEED=5\n")
+    (src / "bench.sh").write_text('. out/config\necho "max diff: 0.001"\necho "time: $(( $1 * 10 / SPEED )) ms"\n')
+    monkeypatch.setattr(task, "IN_IMAGE", tmp_path / "no-image")
+    monkeypatch.setattr(task, "LOCK", tmp_path / "no-lock.json")
+    real = task.native_runner
+
+    def in_src(image, command, **kw):  # /src/<cwd> of the image is tmp_path/src here
+        return real(image, [*command[:-1], command[-1].replace("cd /src/.", f"cd {src}").replace(
+            "/recipe/", f"{folder}/")], **kw)
+
+    monkeypatch.setattr(task, "native_runner", in_src)
+    local = tmp_path / "run"
+    for gpu in ("h100", "a100"):
+        for exp in ("fastop", "baseline"):
+            assert task.main([str(folder), exp, "--out", str(local / gpu / exp)]) == 0
+    out = json.loads((local / "h100" / "fastop" / "cases.json").read_text())
+    assert out["recipe"] == str(folder) and [c["metrics"] for c in out["cases"]] == [{"time_ms": 20.0}, {"time_ms": 40.0}]
+    table = on_cluster.merge(local, ["h100", "a100"], [
+        ("h100", "fastop", {"gpus": [{"name": "NVIDIA H100 80GB HBM3"}]}), ("h100", "baseline", {}),
+        ("a100", "fastop", {"gpus": [{"name": "NVIDIA A100-SXM4-80GB"}]}), ("a100", "baseline", {})])
+    assert "| n10 speedup | 5x (A100) | 5x (reproduced) | 5x (reproduced) |" in table
+    assert "| n20 speedup | 20x (A100) | 5x (not reproduced) | 5x (not reproduced) |" in table
+    for gpu in ("h100", "a100"):
+        assert json.loads((local / gpu / "run.json").read_text())["claims"][0]["verdict"] == "reproduced"

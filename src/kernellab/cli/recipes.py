@@ -7,6 +7,7 @@ from invoke import Context, Exit
 
 from ..errors import RecipeError
 from . import ENGINE_HELP, GPU_MODE_HELP, gpu_choice, task
+from .cluster import CLUSTER_HELP
 
 VERBS = ("check", "build", "run", "shell", "export")
 
@@ -31,11 +32,14 @@ def recipes(c: Context) -> None:
     "no_cache": "build: rebuild every step",
     "output": "export: the folder to write the bundle into", "chunk_size": "export: chunk size, e.g. 1G",
     "gpu_mode": GPU_MODE_HELP, "gpu_index": "use only host GPU N", "engine": ENGINE_HELP,
+    **{k: f"run: {v}" for k, v in CLUSTER_HELP.items()},
 })
 def recipe(c: Context, verb: str, name: str, k: str | None = None, quick: bool = False,
            compare: str | None = None, step: int | None = None, target: str | None = None,
            wheelhouse: str | None = None, no_cache: bool = False, output: str = "bundles", chunk_size: str = "2G",
-           gpu_mode: str | None = None, gpu_index: str | None = None, engine: str | None = None) -> None:
+           gpu_mode: str | None = None, gpu_index: str | None = None, engine: str | None = None,
+           on: str | None = None, gpus: str | None = None, profile: str | None = None, dry_run: bool = False,
+           resume: str | None = None) -> None:
     """Paper recipes: `invoke recipe check|build|run|shell|export NAME` (docs/recipes.md; `invoke recipes` lists)."""
     from ..recipes import build as builds
     from ..recipes import read, record, verbs
@@ -50,6 +54,13 @@ def recipe(c: Context, verb: str, name: str, k: str | None = None, quick: bool =
         built = builds.build(read.load(name), target=target, wheelhouse=wheels, no_cache=no_cache)
         how = "unchanged: nothing rebuilt" if built.cached else "built"
         print(f"{built.tags[0]} ({built.image_id[:19]}): {how} in {built.seconds:.1f} s")
+    elif verb == "run" and (on or resume):
+        if on not in (None, "slurm"):
+            raise RecipeError(f"--on {on}: recipes run on slurm (docs/cluster.md).")
+        from ..recipes import on_cluster
+
+        on_cluster.submit(name, gpus=gpus, profile=profile, k=k, quick=quick, target=target, dry_run=dry_run,
+                          resume=resume, configured=c.config.get("kernellab", {}).get("cluster"))
     elif verb == "run":
         old = record.load(compare) if compare else None
         folder, verdicts, cases = verbs.run(name, target=target, k=k, quick=quick, gpu_mode=gpu_choice(gpu_mode),
@@ -62,7 +73,9 @@ def recipe(c: Context, verb: str, name: str, k: str | None = None, quick: bool =
         if failed:
             raise Exit(f"kernellab: {len(failed)} of {len(cases)} cases failed (their output: {folder}/raw).", code=1)
     elif verb == "shell":
-        code = verbs.shell(name, step=step, target=target, gpu_mode=gpu_choice(gpu_mode), gpu_index=gpu_index)
+        if step is not None and not str(step).isdigit():
+            raise RecipeError(f"--step {step}: give a step number (1 is the first step).")
+        code = verbs.shell(name, step=int(step) if step is not None else None, target=target, gpu_mode=gpu_choice(gpu_mode), gpu_index=gpu_index)
         if code:
             raise Exit(code=code)
     else:

@@ -19,7 +19,7 @@ from ..errors import ClusterError
 
 #: Variables a task must not inherit from the submitting shell (they name this machine's folders).
 _LOCAL_ONLY = ("KERNELLAB_CACHE", "KERNELLAB_IMAGE_ID", "KERNELLAB_ENGINE", "KERNELLAB_CLUSTER")
-KINDS = ("test", "bench", "submit")
+KINDS = ("test", "bench", "submit", "recipe")
 
 
 @dataclass
@@ -118,6 +118,8 @@ def task_argv(kind: str, run: str, gpu: str, name: str, *, select: str = "", qui
                  f"--junitxml={out}/junit.xml"], env)
     if kind == "bench":
         return ["python", "-m", "kernellab.bench", "-k", select, "--out", out, *(["--quick"] if quick else [])], env
+    if kind == "recipe":  # command: the recipe's name (and --quick); the task runs one experiment
+        return ["python3", "-m", "kernellab.recipes.task", *command, name, "--out", out], env
     if kind == "submit":
         if not command:
             raise ClusterError("`invoke submit` needs a command after `--`, e.g. `invoke submit -- python my_bench.py`.")

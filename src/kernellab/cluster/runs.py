@@ -34,13 +34,15 @@ LOG_TAIL = 12
 class Request:
     """What the user asked for: `invoke test|bench|submit --on slurm ...`."""
 
-    kind: str                            # test | bench | submit
+    kind: str                            # test | bench | submit | recipe
     gpus: str | None = None              # --gpus h100,a100 (default: every type in the profile)
     select: str | None = None            # -k
     quick: bool = False                  # bench --quick
     command: Sequence[str] = ()          # submit -- CMD
     tasks: int = 1                       # submit --tasks N
     target: str | None = None            # the image target
+    image: str | None = None             # an image reference instead of the target's (a recipe's built image)
+    names: Sequence[str] = ()            # recipe: its experiments, one task each per GPU type
     dry_run: bool = False
     argv: Sequence[str] = ()
 
@@ -78,7 +80,7 @@ def start(req: Request, profile: Profile, *, out: IO[str] | None = None, poll_s:
                            "manifests with --dry-run (apply them with kubectl) and submits only to Slurm.")
     slurm.reachable()
     if profile.runtime != "none":
-        plan.image = _image(profile, req.target, gpus, out)
+        plan.image = _image(profile, req.image or req.target, gpus, out, explicit=req.image is not None)
     try:
         count = snapshot(plan.workspace, ROOT)
     except OSError as e:
@@ -180,6 +182,8 @@ def _tasks(req: Request, run: str, gpus: Sequence[str]) -> list[Task]:
         if req.tasks < 1:
             raise ClusterError(f"--tasks {req.tasks}: give 1 or more tasks per GPU type.")
         named = [(f"task-{i}", "") for i in range(req.tasks)]
+    elif req.kind == "recipe":
+        named = [(name, "") for name in req.names]
     else:
         specs = opspec.discover(select=req.select)
         if not specs:
@@ -194,12 +198,14 @@ def _tasks(req: Request, run: str, gpus: Sequence[str]) -> list[Task]:
     return tasks
 
 
-def _image(profile: Profile, target: str | None, gpus: Sequence[str], out: IO[str]) -> dict[str, Any]:
+def _image(profile: Profile, target: str | None, gpus: Sequence[str], out: IO[str], *,
+           explicit: bool = False) -> dict[str, Any]:
+    """The image the tasks run in, made ready for the nodes' runtime: the target's, or (explicit) a reference."""
     from .. import engine
     from ..images import image_for_target
 
     eng = engine.current()
-    ref = image_for_target(target, eng)
+    ref = target if explicit and target else image_for_target(target, eng)
     for note in images.check_archs(images.inspect(ref, eng), list(gpus)):
         print(f"note: {note}", file=out)
     prepared = images.prepare(profile, ref, eng)
@@ -454,6 +460,12 @@ def merge(plan: Plan, outcomes: Sequence[Outcome], local: Path) -> str:
         _merge_bench(local, gpus, outcomes)
     elif plan.kind == "test":
         parts.append(_test_table(local, gpus, outcomes))
+    elif plan.kind == "recipe":
+        # The recipe layer judges each GPU type's cases (imported here: recipes build on the cluster, not
+        # the other way round, and only a recipe run needs it).
+        from ..recipes import on_cluster
+
+        parts.append(on_cluster.merge(local, gpus, [(o.task.gpu, o.task.name, o.status) for o in outcomes]))
     parts += ["", "## Tasks", "", "| GPU type | task | outcome | node | GPU | seconds |", "|---|---|---|---|---|---|"]
     for o in outcomes:
         s = o.status

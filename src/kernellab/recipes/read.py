@@ -58,13 +58,19 @@ def find(name: str, root: Path = RECIPES) -> Path:
 
 
 def load(name: str, root: Path = RECIPES) -> Recipe:
+    """Recipe NAME (a folder under recipes/, or a path to a recipe folder)."""
     folder = find(name, root)
+    return load_folder(folder, folder.name)
+
+
+def load_folder(folder: Path, name: str) -> Recipe:
+    """The recipe in folder, under the name it has (a built image keeps its recipe at /recipe)."""
     file = folder / FILE
     try:
         data = tomllib.loads(file.read_text())
     except tomllib.TOMLDecodeError as e:
         raise RecipeError(f"{_shown_path(file)} is not valid TOML: {e}.") from None
-    return parse(folder.name, folder, data)
+    return parse(name, folder, data)
 
 
 def _shown_path(path: Path) -> str:
