@@ -786,6 +786,43 @@ def test_an_interrupted_submission_cancels_and_names_the_jobs_it_had_submitted(
     assert "cancelled job(s) 41 (scancel): the run was not submitted whole" in out.getvalue()
 
 
+def test_ctrl_c_between_submitting_and_following_cancels_every_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                                   ) -> None:
+    """The window after the last `submitted job` line and before following began (a CI run hit it): Ctrl-C there
+    cancels what was submitted and says so, as it does while following."""
+    import io
+
+    from kernellab import ROOT
+
+    ids = iter(["41", "42"])
+    cancelled: list[list[str]] = []
+    monkeypatch.setattr(slurm, "reachable", lambda: None)
+    monkeypatch.setattr(slurm, "submit", lambda path: next(ids))
+    monkeypatch.setattr(slurm, "cancel", lambda jobs: cancelled.append(list(jobs)))
+    monkeypatch.setattr(runs, "snapshot", lambda dest, root=None: dest.mkdir(parents=True) or 0)
+    real_record = runs.record
+    calls: list[int] = []
+
+    def record(*args: Any) -> Path:
+        calls.append(1)
+        if len(calls) == 1:  # the first record, right after submitting: Ctrl-C lands here
+            raise KeyboardInterrupt
+        return real_record(*args)
+
+    monkeypatch.setattr(runs, "record", record)
+    req = runs.Request(kind="submit", command=("true",), tasks=1)
+    out = io.StringIO()
+    try:
+        with pytest.raises(ClusterError) as e:
+            runs.start(req, make_profile(tmp_path), out=out)
+    finally:
+        for made in (ROOT / "results").glob("*-slurm-submit"):
+            if (made / "cluster.json").is_file() and str(tmp_path) in (made / "cluster.json").read_text():
+                shutil.rmtree(made)
+    assert e.value.exit_code == 130 and "cancelled job(s) 41, 42" in str(e.value)
+    assert cancelled == [["41", "42"]]
+
+
 def _outcomes(p: Plan) -> list[runs.Outcome]:
     out = []
     for t in p.tasks:

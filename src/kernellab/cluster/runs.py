@@ -90,12 +90,17 @@ def start(req: Request, profile: Profile, *, out: IO[str] | None = None, poll_s:
           f"{count} files of the repository in {plan.workspace}", file=out, flush=True)
     local = ROOT / "results" / run
     _submit(plan, profile, {g: [t.index for t in plan.tasks_of(g)] for g in gpus}, out)
-    # Recorded now, so that --resume can take this run over if this process dies (a dropped SSH session).
-    record(plan, [Outcome(t, "submitted") for t in plan.tasks], local)
     try:
+        # Recorded now, so that --resume can take this run over if this process dies (a dropped SSH session).
+        record(plan, [Outcome(t, "submitted") for t in plan.tasks], local)
         outcomes = _follow(plan, [(t, plan.jobs[t.gpu][-1]) for t in plan.tasks], out, poll_s)
     except Interrupted as e:
         _interrupted(plan, profile, local, e.outcomes, e.jobs, out)
+    except KeyboardInterrupt:  # Ctrl-C after submitting, before following began: nothing had ended yet
+        jobs = [job for ids in plan.jobs.values() for job in ids]
+        slurm.cancel(jobs)
+        _interrupted(plan, profile, local, [Outcome(t, "cancelled", "was cancelled (Ctrl-C)") for t in plan.tasks],
+                     jobs, out)
     return _finish(plan, profile, local, outcomes, out)
 
 
