@@ -151,3 +151,22 @@ def test_ctrl_c_midway_keeps_what_ran_in_the_record(paper, tmp_path):
     data = json.loads((run / "run.json").read_text())
     assert [c["params"] for c in data["cases"]] == [{"n": 10}] and data["cases"][0]["metrics"] == {"time_ms": 20.0}
     assert [v["verdict"] for v in data["claims"]] == ["not run", "not run"]  # no baseline ran
+
+
+def test_a_shell_before_a_step_has_the_state_the_step_finds_and_the_patched_sources(paper):
+    """`invoke recipe shell NAME --step 2` as a user types it; its commands come on stdin (no terminal here)."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    root, commits = paper
+    folder = write_recipe(root / "r" / "fastop", commits)
+    script = "test -s /src/stamp && echo stamp-there; grep SPEED= /sources/build.sh; test -e /src/out || echo no-out\n"
+    r = subprocess.run([sys.executable, "-m", "invoke", "recipe", "shell", str(folder), "--step", "2",
+                        "--gpu-mode", "none"], cwd=ROOT, input=script, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "stamp-there" in r.stdout                 # step 1 ran: its file is in /src
+    assert "SPEED=5" in r.stdout                     # the patch is applied in the mounted sources
+    assert "no-out" in r.stdout                      # step 2 (build.sh makes out/) has not run
+    assert "that step runs:\n  cd /src/. && bash build.sh" in r.stdout

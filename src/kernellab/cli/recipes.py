@@ -26,7 +26,7 @@ def recipes(c: Context) -> None:
     "k": "run: only experiments whose name matches EXPR (like pytest -k: words, and, or, not)",
     "quick": "run: one repeat of each experiment's quick grid (a smoke test; claims may then be not run)",
     "compare": "run: an earlier run folder (results/recipes/NAME/RUN), printed side by side with this one",
-    "step": "shell: the state before step N, sources at /src (writable), to fix step N by hand",
+    "step": "shell: the state before step N (the patched sources writable at /sources), to fix step N by hand",
     "target": "build in this target instead of the recipe's environment (checked against the recipe)",
     "wheelhouse": "build: the recipe's pip packages from this folder of wheels only",
     "no_cache": "build: rebuild every step",

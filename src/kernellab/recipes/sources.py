@@ -148,8 +148,8 @@ def _apply(recipe: Recipe, patch: Patch, root: Path, *, check_only: bool) -> Non
         where = re.search(r"patch failed: (\S+):(\d+)", r.stderr)
         hunk = f" at {where.group(1)} line {where.group(2)}" if where else f" ({_last(r)})"
         raise RecipeError(f"patch {patch.file.relative_to(recipe.folder)} does not apply to {patch.source}{hunk}; "
-                          f"remake it against commit {_source(recipe, patch.source).commit[:12]} (`invoke recipe shell "
-                          f"{recipe.name} --step 1` has the sources at /src).")
+                          f"remake it against commit {_source(recipe, patch.source).commit[:12]} (a checkout of it is "
+                          f"{cached(_source(recipe, patch.source))}).")
 
 
 def _source(recipe: Recipe, name: str) -> Source:

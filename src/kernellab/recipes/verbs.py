@@ -104,22 +104,23 @@ def _chosen_gpus(host: list[gpu.HostGpu], gpu_index: str | None) -> list[gpu.Hos
 
 def shell(name: str, *, step: int | None = None, target: str | None = None, gpu_mode: bool | str = True,
           gpu_index: str | None = None, engine: Engine | None = None, out: IO[str] = sys.stdout) -> int:
-    """A shell in the recipe's image, or in the state before step N, with the prepared sources at /src."""
+    """A shell in the recipe's image, or in the state before step N (/src as step N finds it), with the prepared
+    sources of this machine mounted writable at /sources: fix there, turn the fix into a patch, build again."""
     recipe = read.load(name)
     if step is not None and not 1 <= step <= len(recipe.steps):
         raise RecipeError(f"--step {step}: recipe {recipe.name} has steps 1 to {len(recipe.steps)} "
                           f"({', '.join(s.name for s in recipe.steps)}).")
     eng = resolve_engine(engine).require()
     built = builds.build(recipe, target=target, upto=step, engine=eng, out=out)
-    mounts: tuple[str, ...] = ()
+    sources = (values.context_dir(recipe.name) / "context" / "src").resolve()
     if step is not None:
-        # The prepared sources, writable: fix them here, remake the patch, then `invoke recipe build` again.
-        mounts = (f"{(values.context_dir(recipe.name) / 'context' / 'src').resolve()}:/src",)
         nxt = recipe.steps[step - 1]
-        out.write(f"in the state before step {step} ({nxt.name}); the step runs:\n  cd /src/{nxt.cwd} && "
-                  f"{model.substitute(nxt.run, built.env.values)}\n")
+        out.write(f"/src is the image as step {step} ({nxt.name}) finds it; that step runs:\n  cd /src/{nxt.cwd} && "
+                  f"{model.substitute(nxt.run, built.env.values)}\n/sources is {sources} (the patched sources, "
+                  f"writable, kept): `git -C {sources} diff` there shows the recipe's patches and your fix; save the "
+                  f"fix as recipes/{recipe.name}/patches/NAME.diff, add it to recipe.toml, build again.\n")
     return containers.run(built.image_id, ["bash"], gpu=gpu_mode, gpu_index=gpu_index, interactive=True,
-                          mounts=mounts, engine=eng)
+                          mounts=(f"{sources}:/sources",), engine=eng)
 
 
 def export(name: str, output: Path, *, target: str | None = None, runs: tuple[Path, ...] = (),
