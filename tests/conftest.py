@@ -16,6 +16,7 @@ import functools
 import io
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +25,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+
+# A suite started in the background by a non-interactive shell (`bash .ci/run &`, nohup) inherits SIGINT ignored,
+# and so would every program a test starts: Ctrl-C tests (they send SIGINT as a terminal would) would then test
+# nothing. Handling it here makes the programs the tests start get the default again (exec resets a handled signal,
+# never an ignored one).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @functools.lru_cache(maxsize=1)
