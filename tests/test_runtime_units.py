@@ -93,6 +93,9 @@ def test_build_argv_passes_the_secret_and_never_a_privileged_flag(kind, tmp_path
     assert argv[argv.index("-t") + 1] == "a:1" and argv[argv.index("--iidfile") + 1] == str(tmp_path / "iid")
     assert "--privileged" not in argv and argv[argv.index("--network") + 1] == "host"
     assert env == ({"DOCKER_BUILDKIT": "1"} if kind == "docker" else {})
+    assert "--target" not in argv
+    staged, _ = fake(kind).build_argv(tmp_path, iidfile=tmp_path / "iid", target="step-1")
+    assert staged[staged.index("--target") + 1] == "step-1" and staged[-1] == str(tmp_path)
 
 
 def test_podman_ids_read_like_dockers():

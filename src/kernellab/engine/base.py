@@ -156,7 +156,8 @@ class Engine:
     def build_argv(self, context: Path, *, iidfile: Path, tags: Sequence[str] = (), network: str = "host",
                    secrets: dict[str, Path] | None = None, build_args: Sequence[str] = (),
                    no_cache: bool = False, target: str | None = None) -> tuple[list[str], dict[str, str]]:
-        """The command line (and extra environment) that builds `context` with its Dockerfile."""
+        """The command line (and extra environment) that builds `context` with its Dockerfile; target: the stage
+        of a multi-stage Dockerfile to build (default: the last)."""
         raise NotImplementedError
 
     def run_argv(self, image: str, command: Sequence[str] = (), *, user: tuple[int, int], mounts: Sequence[str] = (),
