@@ -241,7 +241,7 @@ def _build(spec: Spec, matrix: Matrix, lock: dict[str, Any] | None, base_ref: st
                 raise _build_failure(e, spec, pinned=bool(lock)) from None
             finally:
                 steps.close()
-        built_id = _iid(iidfile)
+        built_id = read_iid(iidfile)
         new_lock = locks.make(spec, base_ref=base_ref, base_digest=base_digest, base_packages=base_packages,
                               info=_envinfo(eng, built_id), archive=debian.mirror(matrix.debian))
         missing = sorted(set(lock["pip_freeze"]) - set(new_lock["pip_freeze"])) if lock else []
@@ -268,7 +268,7 @@ def debian_packages(eng: Engine, image: str) -> dict[str, str]:
     return debian.parse_packages(r.stdout.splitlines()) if r.ok else {}
 
 
-def _iid(iidfile: Path) -> str:
+def read_iid(iidfile: Path) -> str:
     """The image ID a build wrote, as "sha256:<hex>" (Podman writes bare hex)."""
     iid = iidfile.read_text().strip()
     return iid if iid.startswith("sha256:") else f"sha256:{iid}"
@@ -301,7 +301,7 @@ def _label_and_tag(eng: Engine, built_id: str, lock: dict[str, Any], digest: str
             proc.run(argv, env=env)
         except CommandError as e:
             raise BuildError(f"labelling the built image failed; nothing was tagged. Last lines:\n{e.tail}") from None
-        return _iid(iid)
+        return read_iid(iid)
     finally:
         eng.untag(staging)
 

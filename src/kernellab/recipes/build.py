@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from .. import gpu, images, network, proc
+from .. import images, network, proc
 from ..engine import Engine, resolve_engine
 from ..errors import BuildError, CommandError, RecipeError
 from ..resolve import Spec
@@ -106,7 +106,8 @@ def build(recipe: Recipe, *, target: str | None = None, upto: int | None = None,
         found = find_built(recipe, env, eng)
         if found:
             return Built(recipe.name, found, (env.tag,), env, True, time.monotonic() - start)
-    checks.check_host(recipe, gpus=gpu.host_gpus(), disk=_engine_root(eng))
+    # RAM and disk only: a build needs no GPU (a run checks its GPU).
+    checks.check_host(recipe, gpus=(), disk=Path(eng.info().root or "/"))
     home = values.context_dir(recipe.name)
     ctx = home / "context"
     provenance = _context(recipe, env, ctx, out)
@@ -121,31 +122,26 @@ def build(recipe: Recipe, *, target: str | None = None, upto: int | None = None,
     logs = home / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     log = logs / f"build-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    proxy_args, proxy_env = network.proxy_build_args()
     with tempfile.TemporaryDirectory(prefix="kl-recipe-") as tmp, \
             network.build_pip_conf(None, wheelhouse) as pipconf:
         iid = Path(tmp) / "iid"
         argv, build_env = eng.build_argv(ctx, iidfile=iid, tags=tags, secrets={"pipconf": pipconf},
-                                         build_args=network.proxy_build_args()[0], no_cache=no_cache, target=stage)
+                                         build_args=proxy_args, no_cache=no_cache, target=stage)
         what = f"the state before step {upto}" if upto else f"{len(recipe.steps)} steps"
         out.write(f"building recipe {recipe.name} ({what}) FROM {env.base} with {eng.name}; log: {log}\n")
         with open(log, "w") as f:
             steps = images.BuildSteps(_Tee(out, f))  # type: ignore[arg-type]  # write, flush and isatty are all it uses
             try:
-                proc.run(argv, stream=True, out=steps, env={**build_env, **network.proxy_build_args()[1]})
+                proc.run(argv, stream=True, out=steps, env={**build_env, **proxy_env})
             except CommandError as e:
                 raise _failure(recipe, log, e) from None
             finally:
                 steps.close()
-        image_id = iid.read_text().strip()
-    image_id = image_id if image_id.startswith("sha256:") else f"sha256:{image_id}"
+        image_id = images.read_iid(iid)
     if upto is None:
         shutil.copy(ctx / "lock.json", home / "lock.json")
     return Built(recipe.name, image_id, tags, env, False, time.monotonic() - start, log)
-
-
-def _engine_root(eng: Engine) -> Path:
-    root = Path("/var/lib/docker" if eng.name == "docker" else Path.home() / ".local/share/containers")
-    return root if root.exists() else Path("/")
 
 
 class _Tee:

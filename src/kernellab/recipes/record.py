@@ -25,16 +25,14 @@ FORMAT = "kernellab-recipe-run/1"
 
 
 def run_folder(recipe: str, gpu_name: str | None, root: Path = RESULTS) -> Path:
-    short = (gpu_name or "nogpu").lower().replace("nvidia", "").strip().split()[0] if gpu_name else "nogpu"
+    short = gpu_name.lower().replace("nvidia", "").split()[0] if gpu_name else "nogpu"  # "h100", "a100-sxm4-80gb"
     folder = root / recipe / f"{time.strftime('%Y%m%d-%H%M%S')}-{short}"
     folder.mkdir(parents=True, exist_ok=False)
     return folder
 
 
-def machine(gpu_index: str | None = None) -> dict[str, Any]:
-    """GPU, driver and clocks of the GPU a run uses (nvidia-smi on the host), the host, the kernellab commit."""
-    gpus = gpu.host_gpus()
-    chosen = gpus[int(gpu_index.split(",")[0])] if gpus and gpu_index else (gpus[0] if gpus else None)
+def machine(chosen: gpu.HostGpu | None) -> dict[str, Any]:
+    """The GPU a run uses with its driver and clocks (nvidia-smi on the host), the host, the kernellab commit."""
     clocks: dict[str, str] = {}
     smi = gpu.nvidia_smi()
     if chosen and smi:

@@ -57,12 +57,12 @@ def run(name: str, *, target: str | None = None, k: str | None = None, quick: bo
     recipe = read.load(name)
     chosen = experiments.select(recipe, k)
     eng = resolve_engine(engine).require()
-    host = gpu.host_gpus()
-    checks.check_host(recipe, gpus=_chosen_gpus(host, gpu_index), run=gpu_mode is not False)
+    chosen_gpus = _chosen_gpus(gpu_index)
+    checks.check_host(recipe, gpus=chosen_gpus, run=gpu_mode is not False)
     built = builds.build(recipe, target=target, wheelhouse=wheelhouse, engine=eng, out=out)
     out.write(f"image {built.tags[0]} ({'unchanged, not rebuilt' if built.cached else f'built in {built.seconds:.0f} s'})\n")
     env_ = built.env
-    about = record.machine(gpu_index)
+    about = record.machine(chosen_gpus[0] if chosen_gpus else None)
     gpu_name = (about["gpu"] or {}).get("name")
     folder = record.run_folder(recipe.name, gpu_name, results)
     cases: list[experiments.Case] = []
@@ -95,11 +95,12 @@ def _record(recipe: model.Recipe, folder: Path, cases: list[experiments.Case], b
     return verdicts
 
 
-def _chosen_gpus(host: list[gpu.HostGpu], gpu_index: str | None) -> list[gpu.HostGpu]:
-    if gpu_index is None:
-        return host[:1]
-    wanted = {int(i) for i in str(gpu_index).split(",")}
-    return [g for g in host if g.index in wanted]
+def _chosen_gpus(gpu_index: str | None) -> list[gpu.HostGpu]:
+    """The GPUs a run's container gets, as kernellab.containers picks them (--gpu-index, Slurm's,
+    CUDA_VISIBLE_DEVICES); the first of all of them without a selection."""
+    host = gpu.host_gpus()
+    selected = gpu.selected_gpus(gpu_index, gpus=host)
+    return host[:1] if selected is None else [g for g in host if str(g.index) in selected]
 
 
 def shell(name: str, *, step: int | None = None, target: str | None = None, gpu_mode: bool | str = True,
