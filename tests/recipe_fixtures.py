@@ -69,7 +69,7 @@ PATCH = """\
 
 
 def write_recipe(folder: Path, commits: dict[str, str], *, step2: str = "bash build.sh", target: str = "cpu",
-                 extra: str = "") -> Path:
+                 extra: str = "", pip: tuple[str, ...] = ()) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "patches").mkdir(exist_ok=True)
     (folder / "patches" / "speed.diff").write_text(PATCH)
@@ -83,6 +83,7 @@ def write_recipe(folder: Path, commits: dict[str, str], *, step2: str = "bash bu
 
         [environment]
         target = "{target}"
+        pip = {list(pip)!r}
 
         [[sources]]
         name = "fastop"
@@ -145,6 +146,29 @@ def write_recipe(folder: Path, commits: dict[str, str], *, step2: str = "bash bu
         {extra}
     """))
     return folder
+
+
+def make_wheel(folder: Path, name: str, version: str) -> Path:
+    """A pure-Python wheel NAME==VERSION (a module printing its version) in folder: a wheelhouse without a network."""
+    import base64
+    import hashlib
+    import zipfile
+
+    folder.mkdir(parents=True, exist_ok=True)
+    info = f"{name}-{version}.dist-info"
+    files = {f"{name}.py": f"VERSION = {version!r}\n",
+             f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: kernellab-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = []
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(text.encode())}")
+    files[f"{info}/RECORD"] = "\n".join(record + [f"{info}/RECORD,,"]) + "\n"
+    wheel = folder / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        for path, text in files.items():
+            z.writestr(path, text)
+    return wheel
 
 
 def paper_mirror() -> Path | None:

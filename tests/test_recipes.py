@@ -347,3 +347,31 @@ def test_a_cluster_task_runs_one_experiment_and_the_submitter_judges_each_gpu_ty
     assert "| n20 speedup | 20x (A100) | 5x (not reproduced) | 5x (not reproduced) |" in table
     for gpu in ("h100", "a100"):
         assert json.loads((local / gpu / "run.json").read_text())["claims"][0]["verdict"] == "reproduced"
+
+
+def test_the_recipe_lock_decides_the_pip_versions_and_is_not_part_of_the_recipes_hash(paper):
+    import io
+
+    from kernellab.recipes import lock
+
+    root, commits = paper
+    folder = write_recipe(root / "r" / "fastop", commits, pip=("klpin>=1.0",))
+    recipe = read.load(str(folder))
+    out = io.StringIO()
+    assert lock.pins(recipe, "cpu", "prefer", out) is None  # no lock yet: resolve
+    with pytest.raises(RecipeError, match=r"--locked: recipe fastop has no lock for target cpu .*build it once"):
+        lock.pins(recipe, "cpu", "strict", out)
+    before = recipe.digest()
+    written = lock.write(recipe, "cpu", "spec", lock.parse_added("klpin==1.0\nother @ file:///x\nzz==2.0rc1\n"))
+    assert written == folder / "locks" / "cpu.json" and recipe.digest() == before
+    assert lock.write(recipe, "cpu", "spec", {"klpin": "1.0", "zz": "2.0rc1"}) is None  # unchanged: not rewritten
+    assert lock.pins(recipe, "cpu", "prefer", out) == ["klpin==1.0", "zz==2.0rc1"]
+    assert lock.pins(recipe, "cpu", "update", out) is None
+    assert lock.fits(recipe, "cpu", {"klpin": "1.0", "zz": "2.0rc1"}) and not lock.fits(recipe, "cpu", {"klpin": "1.1"})
+    changed = read.load(str(write_recipe(folder, commits, pip=("klpin>=1.1",))))
+    assert lock.pins(changed, "cpu", "prefer", out) is None and "another pip list" in out.getvalue()
+    with pytest.raises(RecipeError, match=r"written for pip \['klpin>=1.0'\], the recipe now asks for \['klpin>=1.1'\]"):
+        lock.pins(changed, "cpu", "strict", out)
+    written.write_text('{"pip": []}')
+    with pytest.raises(RecipeError, match=r"is not a recipe lock .*--update"):
+        lock.pins(changed, "cpu", "prefer", out)

@@ -12,9 +12,9 @@ import time
 import pytest
 
 from kernellab import engine
-from kernellab.errors import BuildError
+from kernellab.errors import BuildError, RecipeError
 from kernellab.recipes import build, experiments, read, verbs
-from recipe_fixtures import make_mirror, mirror_env, write_recipe
+from recipe_fixtures import make_mirror, make_wheel, mirror_env, write_recipe
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 DOCKER = engine.by_name("docker")
@@ -51,6 +51,32 @@ def test_a_recipe_builds_each_step_as_a_layer_and_an_unchanged_rebuild_builds_no
     again = build.build(recipe, engine=DOCKER, out=io.StringIO())
     assert again.cached and again.image_id == first.image_id
     assert time.monotonic() - start < 30  # generous for a loaded CI machine; benchmarks/recipes.py measures it
+
+
+def test_the_recipe_lock_pins_its_pip_packages_and_update_resolves_them_again(paper):
+    root, commits = paper
+    wheels = root / "wheels"
+    make_wheel(wheels, "klpin", "1.0")
+    folder = write_recipe(root / "r" / "fastop", commits, pip=("klpin>=1.0",))
+    recipe = read.load(str(folder))
+    first = build.build(recipe, wheelhouse=wheels, engine=DOCKER, out=io.StringIO())
+    lock_file = folder / "locks" / "cpu.json"
+    assert json.loads(lock_file.read_text())["pip"] == {"klpin": "1.0"}
+    assert build.pip_added(first.image_id, DOCKER) == {"klpin": "1.0"}
+    # A newer release appears; the lock (not the index) decides what a rebuild installs.
+    make_wheel(wheels, "klpin", "1.1")
+    again = build.build(read.load(str(folder)), wheelhouse=wheels, no_cache=True, engine=DOCKER, out=io.StringIO())
+    assert build.pip_added(again.image_id, DOCKER) == {"klpin": "1.0"}
+    # Writing the lock changed nothing the image is made from: an unchanged rebuild is still cached.
+    assert build.build(read.load(str(folder)), engine=DOCKER, out=io.StringIO()).cached
+    out = io.StringIO()
+    updated = build.build(read.load(str(folder)), wheelhouse=wheels, locking="update", engine=DOCKER, out=out)
+    assert build.pip_added(updated.image_id, DOCKER) == {"klpin": "1.1"}
+    assert json.loads(lock_file.read_text())["pip"] == {"klpin": "1.1"} and "locked" in out.getvalue()
+    # --locked with a pip list the lock was not written for: one sentence, nothing built.
+    changed = read.load(str(write_recipe(folder, commits, pip=("klpin>=1.1", "other"))))
+    with pytest.raises(RecipeError, match=r"--locked: .*locks/cpu.json was written for pip \['klpin>=1.0'\]"):
+        build.build(changed, wheelhouse=wheels, locking="strict", engine=DOCKER, out=io.StringIO())
 
 
 def test_a_failing_step_is_named_with_its_log_and_the_next_build_resumes_there(paper):
@@ -111,6 +137,9 @@ def test_bytetransformer_builds_for_sm80_and_sm90_in_a_cuda_image_ci_can_build(t
                            user=(0, 0), network="none", init=False, shm_size=None)
     elves = proc.run(argv).stdout
     assert "sm_80" in elves and "sm_90" in elves
+    # The committed lock is what the build installed (CMake from pip), and the build left it as it was.
+    committed = json.loads((recipe.folder / "locks" / "cu124-debian.json").read_text())
+    assert build.pip_added(built.image_id, DOCKER) == committed["pip"] and "cmake" in committed["pip"]
     assert build.build(recipe, engine=DOCKER, out=io.StringIO()).cached
 
 

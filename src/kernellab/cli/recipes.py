@@ -30,13 +30,15 @@ def recipes(c: Context) -> None:
     "target": "build in this target instead of the recipe's environment (checked against the recipe)",
     "wheelhouse": "build: the recipe's pip packages from this folder of wheels only",
     "no_cache": "build: rebuild every step",
+    "locked": "build: install exactly the pip versions in recipes/NAME/locks/TARGET.json, or stop saying why not",
+    "update": "build: resolve the recipe's pip packages afresh and rewrite its lock",
     "output": "export: the folder to write the bundle into", "chunk_size": "export: chunk size, e.g. 1G",
     "gpu_mode": GPU_MODE_HELP, "gpu_index": "use only host GPU N", "engine": ENGINE_HELP,
     **{k: f"run: {v}" for k, v in CLUSTER_HELP.items()},
 })
 def recipe(c: Context, verb: str, name: str, k: str | None = None, quick: bool = False,
            compare: str | None = None, step: int | None = None, target: str | None = None,
-           wheelhouse: str | None = None, no_cache: bool = False, output: str = "bundles", chunk_size: str = "2G",
+           wheelhouse: str | None = None, no_cache: bool = False, locked: bool = False, update: bool = False, output: str = "bundles", chunk_size: str = "2G",
            gpu_mode: str | None = None, gpu_index: str | None = None, engine: str | None = None,
            on: str | None = None, gpus: str | None = None, profile: str | None = None, dry_run: bool = False,
            resume: str | None = None) -> None:
@@ -48,10 +50,13 @@ def recipe(c: Context, verb: str, name: str, k: str | None = None, quick: bool =
         raise RecipeError(f"`invoke recipe {verb}` is not a verb; use one of {', '.join(VERBS)} "
                           f"(`invoke recipes` lists the recipes).")
     wheels = Path(wheelhouse) if wheelhouse else None
+    if locked and update:
+        raise RecipeError("--locked follows the recipe's lock and --update ignores it; choose one.")
     if verb == "check":
         print(verbs.check(name, target=target))
     elif verb == "build":
-        built = builds.build(read.load(name), target=target, wheelhouse=wheels, no_cache=no_cache)
+        built = builds.build(read.load(name), target=target, wheelhouse=wheels, no_cache=no_cache,
+                              locking="strict" if locked else "update" if update else "prefer")
         how = "unchanged: nothing rebuilt" if built.cached else "built"
         print(f"{built.tags[0]} ({built.image_id[:19]}): {how} in {built.seconds:.1f} s")
     elif verb == "run" and (on or resume):

@@ -26,12 +26,14 @@ from ..engine import Engine, resolve_engine
 from ..errors import BuildError, CommandError, RecipeError
 from ..resolve import Spec
 from ..targets import Matrix, load, parse_target
-from . import checks, sources, values
+from . import checks, lock, sources, values
 from .model import Recipe, substitute
 
 REPO = "kernellab-recipe"
 #: Printed by every step before its command: the last one in a failed build's log is the failed step.
 MARKER = "kernellab-step"
+#: Part of every recipe image's hash: raise it when dockerfile() makes a different image from the same recipe.
+FORMAT = 2
 _MARK = re.compile(rf"^(?:#(\d+) [\d.]+ )?{MARKER} (\d+)/(\d+)")
 
 
@@ -84,7 +86,7 @@ def environment(recipe: Recipe, *, target: str | None = None, engine: Engine | N
         images.build(spec, matrix=matrix, lock="prefer", ca_certs=network.ca_certificates(), out=out, engine=eng)
     base_id = eng.image_id(base)
     vals = values.values(spec, values.probe(base_id, eng))
-    blob = json.dumps({"recipe": recipe.digest(), "base": base_id, "values": vals}, sort_keys=True).encode()
+    blob = json.dumps({"format": FORMAT, "recipe": recipe.digest(), "base": base_id, "values": vals}, sort_keys=True).encode()
     return Environment(spec, base, base_id, vals, hashlib.sha256(blob).hexdigest())
 
 
@@ -97,26 +99,33 @@ def find_built(recipe: Recipe, env: Environment, engine: Engine | None = None) -
 
 
 def build(recipe: Recipe, *, target: str | None = None, upto: int | None = None, wheelhouse: Path | None = None,
-          no_cache: bool = False, engine: Engine | None = None, out: IO[str] = sys.stdout) -> Built:
-    """Build the recipe's image (or, with upto=N, the state before step N); nothing changed: nothing built."""
+          no_cache: bool = False, locking: lock.Mode = "prefer", engine: Engine | None = None,
+          out: IO[str] = sys.stdout) -> Built:
+    """Build the recipe's image (or, with upto=N, the state before step N); nothing changed: nothing built.
+
+    locking: how the recipe's lock (recipes/NAME/locks/TARGET.json) is followed; see kernellab.recipes.lock."""
     start = time.monotonic()
     eng = resolve_engine(engine).require()
     env = environment(recipe, target=target, engine=eng, out=out)
-    if upto is None and not no_cache:
+    locked_name = env.spec.target or f"recipe-{recipe.name}"
+    pins = lock.pins(recipe, locked_name, locking, out)
+    if upto is None and not no_cache and locking != "update":
         found = find_built(recipe, env, eng)
-        if found:
+        if found and (locking == "prefer" or lock.fits(recipe, locked_name, pip_added(found, eng))):
             return Built(recipe.name, found, (env.tag,), env, True, time.monotonic() - start)
     # RAM and disk only: a build needs no GPU (a run checks its GPU).
     checks.check_host(recipe, gpus=(), disk=Path(eng.info().root or "/"))
     home = values.context_dir(recipe.name)
     ctx = home / "context"
     provenance = _context(recipe, env, ctx, out)
-    lock = _lock(recipe, env, provenance)
-    (ctx / "lock.json").write_text(json.dumps(lock, indent=2, sort_keys=True) + "\n")
+    made_of = _lock(recipe, env, provenance)
+    (ctx / "lock.json").write_text(json.dumps(made_of, indent=2, sort_keys=True) + "\n")
     lock_sha = hashlib.sha256((ctx / "lock.json").read_bytes()).hexdigest()
     # BuildKit (Docker 20.10) cannot build FROM a bare image ID: a tag named after the ID stands for it.
     eng.tag(env.base_id, base_ref(env))
-    (ctx / "Dockerfile").write_text(dockerfile(recipe, env, provenance, lock_sha))
+    # --update resolves afresh: a pip line BuildKit has not seen (otherwise it serves the old resolution).
+    fresh = time.strftime("%Y%m%dT%H%M%S") if locking == "update" else None
+    (ctx / "Dockerfile").write_text(dockerfile(recipe, env, provenance, lock_sha, pins, fresh))
     stage = None if upto is None else ("sources" if upto <= 1 else f"step-{upto - 1}")
     tags = (env.tag, f"{REPO}:{recipe.name}") if upto is None else (f"{REPO}:{recipe.name}-before-step-{upto}",)
     logs = home / "logs"
@@ -141,6 +150,9 @@ def build(recipe: Recipe, *, target: str | None = None, upto: int | None = None,
         image_id = images.read_iid(iid)
     if upto is None:
         shutil.copy(ctx / "lock.json", home / "lock.json")
+        written = lock.write(recipe, locked_name, env.spec.digest, pip_added(image_id, eng))
+        if written:
+            out.write(f"locked the recipe's pip packages in {written} (commit it: later builds install exactly these)\n")
     return Built(recipe.name, image_id, tags, env, False, time.monotonic() - start, log)
 
 
@@ -175,7 +187,7 @@ def _context(recipe: Recipe, env: Environment, ctx: Path, out: IO[str]) -> dict[
         provenance = prepared["sources"]
     if (ctx / "recipe").exists():
         shutil.rmtree(ctx / "recipe")
-    shutil.copytree(recipe.folder, ctx / "recipe", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(recipe.folder, ctx / "recipe", ignore=shutil.ignore_patterns("__pycache__", lock.FOLDER))
     (ctx / ".dockerignore").write_text("**/.git\n")
     return dict(provenance)
 
@@ -200,14 +212,27 @@ def base_ref(env: Environment) -> str:
     return f"{REPO}-base:{env.base_id.removeprefix('sha256:')[:16]}"
 
 
-def dockerfile(recipe: Recipe, env: Environment, provenance: dict[str, Any], lock_sha: str) -> str:
+def pip_added(image: str, eng: Engine) -> dict[str, str]:
+    """What the recipe's pip layer added to the target's packages (read from the image)."""
+    argv = eng.run_argv(image, [lock.ADDED], user=(0, 0), network="none", entrypoint="cat", init=False, shm_size=None)
+    r = proc.run(argv, check=False, timeout=120)
+    return lock.parse_added(r.stdout) if r.ok else {}
+
+
+def dockerfile(recipe: Recipe, env: Environment, provenance: dict[str, Any], lock_sha: str,
+               pins: list[str] | None = None, fresh: str | None = None) -> str:
+    """pins: the lock's `name==version` list, installed instead of the recipe's pip list;
+    fresh: a stamp that makes the pip line new to the build cache (resolve again)."""
     lines = [f"FROM {base_ref(env)} AS sources", "USER root", "WORKDIR /src", "COPY src/ /src/"]
+    freeze = "(python3 -m pip freeze 2>/dev/null || true) | LC_ALL=C sort"
+    lines.append(_run(f"mkdir -p /etc/kernellab && {freeze} > /etc/kernellab/target-pip-freeze.txt"))
     if recipe.pip:
         lines.append("RUN --mount=type=cache,id=kl-pip,target=/root/.cache/pip "
                      "--mount=type=secret,id=pipconf,target=/etc/pip.conf "
-                     f"python3 -m pip install {' '.join(shlex.quote(p) for p in recipe.pip)}")
-    lines.append(_run("mkdir -p /etc/kernellab && (python3 -m pip freeze 2>/dev/null || true) "
-                      "> /etc/kernellab/recipe-pip-freeze.txt"))
+                     + (f"KERNELLAB_RESOLVED={fresh} " if fresh else "")
+                     + f"python3 -m pip install {' '.join(shlex.quote(p) for p in pins or recipe.pip)}")
+    lines.append(_run(f"{freeze} > /etc/kernellab/recipe-pip-freeze.txt && LC_ALL=C comm -13 "
+                      f"/etc/kernellab/target-pip-freeze.txt /etc/kernellab/recipe-pip-freeze.txt > {lock.ADDED}"))
     previous = "sources"
     n = len(recipe.steps)
     for i, step in enumerate(recipe.steps, 1):

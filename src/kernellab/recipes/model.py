@@ -160,7 +160,9 @@ class Recipe:
     def digest(self) -> str:
         """sha256 of recipe.toml and every file beside it (patches, scripts): what the recipe is."""
         h = hashlib.sha256()
-        for path in sorted(p for p in self.folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        # Not its locks/: what a build resolved is not what the recipe is (a written lock rebuilds nothing).
+        skip = {"__pycache__", "locks"}
+        for path in sorted(p for p in self.folder.rglob("*") if p.is_file() and not skip & set(p.relative_to(self.folder).parts)):
             h.update(path.relative_to(self.folder).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
         return h.hexdigest()
 
