@@ -11,10 +11,16 @@ from kernellab import engine
 
 
 def fake(kind: str = "docker", images: dict[str, dict[str, Any]] | None = None) -> engine.Engine:
-    """An engine of `kind` that answers and knows `images` ({ref: inspect dict})."""
+    """An engine of `kind` that answers and knows `images` ({ref: inspect dict}).
+
+    `images` is read on every call, so a test that adds to its dict (a fake build) makes the image
+    exist from then on. Containers it is asked to remove are recorded in `.removed`, not removed.
+    """
     base = {"docker": engine.Docker, "podman": engine.Podman}[kind]
 
     class Fake(base):  # type: ignore[valid-type,misc]
+        removed: list[str]
+
         def answers(self) -> bool:
             return True
 
@@ -28,7 +34,12 @@ def fake(kind: str = "docker", images: dict[str, dict[str, Any]] | None = None) 
         def builder(self) -> list[str]:
             return ["docker", "build"]
 
-    return Fake()
+        def remove_container(self, name: str) -> None:
+            self.removed.append(name)
+
+    eng = Fake()
+    eng.removed = []
+    return eng
 
 
 def image(image_id: str = "sha256:feed", env: list[str] | None = None, labels: dict[str, str] | None = None

@@ -1,51 +1,42 @@
-"""`invoke bench`: the same arguments reach `python -m kernellab.bench`, in a container or natively."""
+"""`invoke bench`: the same arguments reach `python -m kernellab.bench`, wherever it runs."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-from invoke import Config, Context, Exit
+from invoke import Exit
 
 from kernellab import ROOT
 from kernellab.cli import bench as task_module
-from kernellab.cli import collection
-from kernellab.errors import BenchError
+from kernellab.places import in_workspace
+from places_fixtures import RecordingPlace, context
 
 
-def _ctx() -> Context:
-    return Context(Config(overrides={"kernellab": {"target": "cu130-pip"}}))
+def test_the_job_names_repository_paths_which_a_container_sees_under_workspace() -> None:
+    place = RecordingPlace()
+    task_module.bench.body(context(place), k="softmax", quick=True, compare=str(ROOT / "results" / "old"))
+    job = place.job
+    assert job.argv == ("python", "-m", "kernellab.bench", "-k", "softmax", "--quick", "--compare",
+                        str(ROOT / "results" / "old"))
+    assert job.with_paths(in_workspace)[-1] == "/workspace/results/old" and job.gpu
 
 
-def test_bench_is_listed_with_its_flags() -> None:
-    task = collection()["bench"]
-    assert {"target", "k", "native", "quick", "compare", "out"} <= {a.name for a in task.get_arguments()}
+def test_a_bare_run_name_is_a_run_under_results(tmp_path, monkeypatch) -> None:
+    (ROOT / "results" / "kl-test-bare-run").mkdir(parents=True, exist_ok=True)
+    try:
+        monkeypatch.chdir(tmp_path)
+        place = RecordingPlace()
+        task_module.bench.body(context(place), compare="kl-test-bare-run")
+        assert place.job.with_paths(in_workspace)[-1] == "/workspace/results/kl-test-bare-run"
+    finally:
+        (ROOT / "results" / "kl-test-bare-run").rmdir()
 
 
-def test_in_a_container_paths_become_repository_relative(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = []
-    monkeypatch.setattr("kernellab.containers.run_in_target",
-                        lambda target, argv, gpu=True: calls.append((target, argv, gpu)) or 0)
-    task_module.bench.body(_ctx(), k="softmax", quick=True, compare=str(ROOT / "results" / "old"))
-    target, argv, gpu = calls[0]
-    assert target == "cu130-pip" and gpu is True
-    assert argv == ["python", "-m", "kernellab.bench", "-k", "softmax", "--quick", "--compare", "results/old"]
-
-
-def test_a_regression_in_the_container_is_a_non_zero_exit(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("kernellab.containers.run_in_target", lambda target, argv, gpu=True: 1)
+def test_a_regression_is_a_non_zero_exit() -> None:
     with pytest.raises(Exit) as e:
-        task_module.bench.body(_ctx(), target="cpu")
+        task_module.bench.body(context(RecordingPlace(code=1)))
     assert e.value.code == 1
 
 
-def test_paths_outside_the_repository_are_refused(tmp_path: Path) -> None:
-    (tmp_path / "old").mkdir()
-    with pytest.raises(BenchError, match="outside the repository"):
-        task_module._in_repo(str(tmp_path / "old"))
-
-
-def test_native_runs_the_library_in_this_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    seen = []
-    monkeypatch.setattr("kernellab.bench.main", lambda argv: seen.append(argv) or 0)
-    task_module.bench.body(_ctx(), native=True, k="vector_add", out="/tmp/x")
-    assert seen == [["-k", "vector_add", "--out", "/tmp/x"]]
+def test_compare_and_out_are_refused_on_a_cluster() -> None:
+    with pytest.raises(Exit, match="--compare and --out are for runs on this machine") as e:
+        task_module.bench.body(context(RecordingPlace()), on="slurm", compare="old")
+    assert e.value.code == 2

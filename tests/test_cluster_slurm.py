@@ -250,7 +250,7 @@ def test_ctrl_c_cancels_the_arrays_says_what_and_resume_runs_the_rest(slurm, sha
 def test_bad_input_is_one_sentence(slurm, shared: Path, tmp_path: Path) -> None:
     prof = profile(shared, "none", name="bad")
     r = invoke("submit", "--profile", str(prof), "--gpus", "v100", "--", "true")
-    assert r.returncode == 1 and "GPU type `v100` is not in" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert r.returncode == 2 and "GPU type `v100` is not in" in r.stderr and "Traceback" not in r.stderr, r.stderr
     # No Slurm client on PATH: said before anything is written.
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

@@ -18,7 +18,7 @@ import pytest
 from invoke import Config, Context
 
 from fake_engine import fake, image
-from kernellab import containers, devenv, gpu, images, render, targets
+from kernellab import containers, devenv, engine, gpu, images, proc, render, targets
 from kernellab.cli import devenv as devenv_tasks
 from kernellab.engine import podman as podman_module
 from kernellab.errors import ConfigError, KernellabError, ResolveError
@@ -166,18 +166,21 @@ def test_an_unknown_gpu_mode_is_refused(docker):
 
 def test_a_missing_image_is_built_first(monkeypatch, tmp_path, no_gpu):
     built: list[str] = []
-    have: set[str] = set()
-    eng = fake("docker", IMAGES)
+    known = {ref: facts for ref, facts in IMAGES.items() if ref != "kernellab:cpu"}
+    eng = fake("docker", known)  # the real images.image_for_target asks it; a build teaches it the tag
 
-    def image_for_target(name=None, engine=None):
-        if f"kernellab:{name}" not in have:
-            raise KernellabError("not built")
-        return f"kernellab:{name}"
+    def build(spec, **kw):
+        assert kw["engine"] is eng
+        built.append(spec.target)
+        known[f"kernellab:{spec.target}"] = IMAGES["kernellab:cpu"]
 
-    monkeypatch.setattr(images, "image_for_target", image_for_target)
     monkeypatch.setattr(images, "resolve_request", lambda target, engine=None: resolve(M, target=target))
-    monkeypatch.setattr(images, "build", lambda spec, **kw: (built.append(spec.target), have.add("kernellab:cpu")))
-    assert devenv.ensure_image("cpu", engine=eng, out=io.StringIO()) == "kernellab:cpu"
+    monkeypatch.setattr(images, "build", build)
+    with pytest.raises(KernellabError, match="kernellab:cpu is not built"):
+        images.image_for_target("cpu", engine=eng)
+    out = io.StringIO()
+    assert devenv.ensure_image("cpu", engine=eng, out=out) == "kernellab:cpu"
+    assert "kernellab:cpu is not built yet; building it first" in out.getvalue()
     assert built == ["cpu"]
     assert devenv.ensure_image("cpu", engine=eng, out=io.StringIO()) == "kernellab:cpu"
     assert built == ["cpu"], "built once"
@@ -234,30 +237,38 @@ def test_free_port_skips_a_port_in_use(busy_port):
 _real_notebook = devenv.notebook
 
 
-def test_notebook_task_takes_the_next_free_port_and_says_so(busy_port, monkeypatch, capsys):
-    calls: list[dict[str, Any]] = []
-    monkeypatch.setattr(images, "image_for_target", lambda target=None, *a, **kw: f"kernellab:{target}")
-    monkeypatch.setattr(devenv, "require_extra", lambda *a, **kw: None)
+def test_notebook_task_takes_the_next_free_port_and_says_so(busy_port, monkeypatch, capsys, tmp_path):
+    """The real task, image lookup and containers.run against a fake docker: the command line it starts."""
+    docker = fake("docker", IMAGES)
+    monkeypatch.setenv("KERNELLAB_ENGINE", "docker")
+    monkeypatch.setitem(engine._instances, "docker", docker)
+    monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path))
+    monkeypatch.setattr(containers, "best_gpu_mode", lambda eng=None: None)
     monkeypatch.setattr(devenv, "notebook", lambda port, **kw: dataclasses.replace(
-        _real_notebook(port, engine=fake("docker", IMAGES)), allow_root=False))
-
-    def run(image: str, command: Any = (), **kwargs: Any) -> int:
-        calls.append({"image": image, "argv": list(command), **kwargs})
-        return 130  # Ctrl-C
-
-    monkeypatch.setattr(containers, "run", run)
+        _real_notebook(port, **kw), allow_root=False))
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(proc, "call", lambda argv, **kw: calls.append({"argv": list(argv), **kw}) or 130)  # Ctrl-C
     monkeypatch.setenv("SSH_CONNECTION", "10.0.0.2 50000 10.0.0.1 22")
     devenv_tasks.notebook.body(Context(Config()), target="cpu", port=busy_port)
     out = capsys.readouterr().out
     (call,) = calls
-    port = int(call["publish"][0].split(":")[1])
+    argv = call["argv"]
+    assert argv[:2] == ["docker", "run"] and "kernellab:cpu" in argv
+    published = argv[argv.index("-p") + 1]
+    port = int(published.split(":")[1])
     assert port > busy_port
+    assert published == f"127.0.0.1:{port}:{port}" and argv.count("-p") == 1
     assert f"port {busy_port} is in use on 127.0.0.1; using {port}." in out
-    token = call["secret_env"]["JUPYTER_TOKEN"]
+    token = call["env"]["JUPYTER_TOKEN"]
+    assert argv[argv.index("JUPYTER_TOKEN") - 1] == "-e", "the token goes by name only"
+    assert not any(token in a for a in argv)
     assert f"http://127.0.0.1:{port}/lab?token={token}" in out
     assert f"ssh -L {port}:127.0.0.1:{port} " in out and "on your laptop" in out
-    assert call["publish"] == [f"127.0.0.1:{port}:{port}"] and call["name"].startswith("kernellab-")
-    assert not any(token in a for a in call["argv"])
+    name = argv[argv.index("--name") + 1]
+    assert name.startswith("kernellab-") and f"container {name}" in out
+    assert f"--ServerApp.port={port}" in argv
+    assert "--gpus" not in argv and "--device" not in argv
+    assert docker.removed == [name], "Ctrl-C removes the container"
     assert "stopped; container" in out and "removed" in out
 
 

@@ -17,6 +17,7 @@ pytest.importorskip("torch", reason="torch is not installed (pip install torch, 
 
 from kernellab import ROOT, extensions, ops  # noqa: E402
 from kernellab.errors import ExtensionError  # noqa: E402
+from kernellab.extensions import kernel_library  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -281,7 +282,7 @@ def test_the_kernels_library_compiles_with_torchs_nvcc_command_and_a_compile_err
         """)
     folder = tmp_path / "build"
     folder.mkdir()
-    library = extensions._kernel_library("kl_split", [src], [], folder)
+    library = kernel_library._kernel_library("kl_split", [src], [], folder)
     assert library == folder / "libkl_split_kernels.so" and library.is_file()
     assert "cuda_compile" in (folder / extensions.KERNELS_NINJA).read_text()
     needed = subprocess.run(["readelf", "-d", str(library)], capture_output=True, text=True).stdout
@@ -289,8 +290,8 @@ def test_the_kernels_library_compiles_with_torchs_nvcc_command_and_a_compile_err
     assert (folder / "kernels-ninja" / ".ninja_log").is_file() and not (folder / ".ninja_log").exists()
     src.write_text("__global__ void twice(float* x) { x[threadIdx.x] *= two; }\n")
     with pytest.raises(RuntimeError, match=r"^Error building extension 'kl_split'"):  # a compile error
-        extensions._kernel_library("kl_split", [src], [], folder)
+        kernel_library._kernel_library("kl_split", [src], [], folder)
     # ninja itself failing (here: a file it cannot read) is not a compile error, so it is not remembered as one.
-    monkeypatch.setattr(extensions, "kernels_ninja", lambda *a: "this is not ninja\n")
+    monkeypatch.setattr(kernel_library, "kernels_ninja", lambda *a: "this is not ninja\n")
     with pytest.raises(RuntimeError, match=r"^kl_split: ninja could not build its kernels' library: .*ninja: error"):
-        extensions._kernel_library("kl_split", [src], [], folder)
+        kernel_library._kernel_library("kl_split", [src], [], folder)

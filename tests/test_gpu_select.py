@@ -14,7 +14,7 @@ import pytest
 from invoke import Config, Context, Exit
 
 from fake_engine import fake, image
-from kernellab import containers, engine, gpu, images, proc
+from kernellab import containers, engine, gpu, proc
 from kernellab.cli import bench as bench_task
 from kernellab.cli import containers as container_tasks
 from kernellab.errors import KernellabError
@@ -22,6 +22,7 @@ from kernellab.errors import KernellabError
 HOST = [gpu.HostGpu(i, "NVIDIA H100 80GB HBM3", f"GPU-{c * 8}-1111-2222-3333-444444444444", "9.0", "580.1", 81559)
         for i, c in enumerate("abcd")]
 IMG = {"img:1": image("sha256:feed", env=["PATH=/opt/venv/bin:/usr/bin"])}
+IMG["kernellab:cpu"] = IMG["img:1"]  # the target the tasks run (_ctx): the real images.image_for_target finds it
 NODES = ["/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia2", "/dev/nvidia3", "/dev/nvidiactl", "/dev/nvidia-uvm",
          "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"]
 CONTROL = NODES[4:]
@@ -180,14 +181,14 @@ def test_an_empty_selection_is_no_gpu_mode_not_all_gpus(host: None) -> None:
 
 @pytest.fixture
 def launched(host: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> list[list[str]]:
-    """containers.run with a fake docker as the current engine; each command line it would start."""
+    """containers.run with a fake docker as the current engine (it has img:1 and kernellab:cpu); each
+    command line it would start."""
     for name in ("SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "CUDA_VISIBLE_DEVICES"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path))
     monkeypatch.setenv("KERNELLAB_ENGINE", "docker")
     monkeypatch.setitem(engine._instances, "docker", fake("docker", IMG))
     monkeypatch.setattr(containers, "best_gpu_mode", lambda eng=None: "nvidia")
-    monkeypatch.setattr(images, "image_for_target", lambda target=None, *a, **kw: "img:1")
     calls: list[list[str]] = []
     monkeypatch.setattr(proc, "call", lambda argv, **kw: calls.append(list(argv)) or 0)
     return calls
@@ -243,24 +244,17 @@ def test_a_bad_gpu_index_stops_the_task_before_any_container(launched: list[list
     assert e.value.code != 0 and not launched
 
 
-def test_native_test_shows_the_child_only_the_chosen_gpu(host: None, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("task", ["test", "bench"])
+def test_a_native_run_shows_the_child_only_the_chosen_gpu(host: None, monkeypatch: pytest.MonkeyPatch,
+                                                          task: str) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
     seen: list[dict[str, Any]] = []
     monkeypatch.setattr(proc, "call", lambda argv, **kw: seen.append(kw) or 0)
-    container_tasks.test.body(_ctx(), native=True, gpu_index="1")
-    assert seen[0]["env"] == {"CUDA_VISIBLE_DEVICES": HOST[1].uuid}
-    container_tasks.test.body(_ctx(), native=True)
-    assert seen[1]["env"] is None, "without the flag the child inherits this environment as it is"
-
-
-def test_native_bench_sets_cuda_visible_devices_before_the_bench_runs(host: None,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    import os
-
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
-    seen: list[str | None] = []
-    monkeypatch.setattr("kernellab.bench.main", lambda argv: seen.append(os.environ.get("CUDA_VISIBLE_DEVICES")) or 0)
-    bench_task.bench.body(_ctx(), native=True, gpu_index="2")
-    assert seen == [HOST[2].uuid]
+    body = container_tasks.test.body if task == "test" else bench_task.bench.body
+    body(_ctx(), native=True, gpu_index="1")
+    assert seen[0]["env"]["CUDA_VISIBLE_DEVICES"] == HOST[1].uuid
+    body(_ctx(), native=True)
+    assert "CUDA_VISIBLE_DEVICES" not in seen[1]["env"], "without the flag the child inherits this environment's"
 
 
 # ------------------------------------------------------------------ what the bench records

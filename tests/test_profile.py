@@ -1,6 +1,7 @@
-"""invoke profile / sanitize without a GPU: ncu's command line, reading ncu's CSV export and
-compute-sanitizer's output (both captured on the H100 machine, in tests/data/), and doctor's view of
-counter permissions from stand-in driver params files."""
+"""invoke profile / sanitize without a GPU: ncu's command line, reading ncu's CSV export (kernellab.ncu),
+the summary table (kernellab.profilereport), compute-sanitizer's output and what `invoke sanitize` prints
+from it (both captured on the H100 machine, in tests/data/), and doctor's view of counter permissions from
+stand-in driver params files."""
 from __future__ import annotations
 
 import stat
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kernellab import nvtools, profile, sanitize
+from kernellab import ncu, nvtools, proc, profile, profilereport, sanitize
 from kernellab.errors import ConfigError
 from kernellab.opspec import KERNELS, parse_spec
 
@@ -16,7 +17,7 @@ DATA = Path(__file__).parent / "data"
 
 
 def test_ncu_profiles_only_the_nvtx_range_with_clocks_and_caches_controlled(tmp_path: Path) -> None:
-    argv = profile.ncu_argv("/x/ncu", tmp_path / "r.ncu-rep", ["python", "-m", "kernellab.profile", "--launch"])
+    argv = ncu.ncu_argv("/x/ncu", tmp_path / "r.ncu-rep", ["python", "-m", "kernellab.profile", "--launch"])
     joined = " ".join(argv)
     assert argv[0] == "/x/ncu" and argv[-4:] == ["python", "-m", "kernellab.profile", "--launch"]
     assert "--nvtx --nvtx-include kernellab/" in joined
@@ -24,7 +25,7 @@ def test_ncu_profiles_only_the_nvtx_range_with_clocks_and_caches_controlled(tmp_
     assert "--set basic --section WarpStateStats" in joined
     assert f"--export {tmp_path / 'r.ncu-rep'} --force-overwrite" in joined
     assert "--kernel-name" not in joined
-    full = profile.ncu_argv("ncu", tmp_path / "r", ["p"], set_name="full", kernel=r"softmax_\w+")
+    full = ncu.ncu_argv("ncu", tmp_path / "r", ["p"], set_name="full", kernel=r"softmax_\w+")
     assert "--set full" in " ".join(full) and "WarpStateStats" not in full
     assert full[full.index("--kernel-name") + 1] == r"regex:softmax_\w+"
     assert full[full.index("--kernel-name-base") + 1] == "function"  # no namespace, template or parameters
@@ -32,15 +33,15 @@ def test_ncu_profiles_only_the_nvtx_range_with_clocks_and_caches_controlled(tmp_
 
 def test_bad_set_and_bad_kernel_regex_are_one_sentence(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="unknown --set 'most'"):
-        profile.ncu_argv("ncu", tmp_path / "r", ["p"], set_name="most")
+        ncu.ncu_argv("ncu", tmp_path / "r", ["p"], set_name="most")
     with pytest.raises(ConfigError, match="is not a regular expression"):
-        profile.ncu_argv("ncu", tmp_path / "r", ["p"], kernel="softmax(")
+        ncu.ncu_argv("ncu", tmp_path / "r", ["p"], kernel="softmax(")
 
 
 def test_the_h100_report_reads_back_as_one_kernel_summary() -> None:
-    rows = profile.parse_raw_csv((DATA / "ncu-raw-softmax-h100.csv").read_text())
+    rows = ncu.parse_raw_csv((DATA / "ncu-raw-softmax-h100.csv").read_text())
     assert len(rows) == 1
-    k = profile.summarize(rows[0])
+    k = ncu.summarize(rows[0])
     assert k["kernel"] == "softmax_kernel"
     assert k["duration_ns"] == 41152
     assert k["dram_pct"] == pytest.approx(81.33) and k["l2_pct"] == pytest.approx(83.06)
@@ -56,7 +57,7 @@ def test_the_h100_report_reads_back_as_one_kernel_summary() -> None:
 def test_units_other_than_the_base_ones_are_converted() -> None:
     text = ('"ID","Kernel Name","gpu__time_duration.sum","dram__bytes_read.sum"\n'
             '"","","usecond","Kbyte"\n"0","k","1,234.5","2"\n')
-    k = profile.summarize(profile.parse_raw_csv(text)[0])
+    k = ncu.summarize(ncu.parse_raw_csv(text)[0])
     assert k["duration_ns"] == pytest.approx(1_234_500) and k["dram_read_bytes"] == 2000
     assert k["dram_pct"] is None and k["dram_gbps"] is None and k["limiter"] == "latency"
 
@@ -64,17 +65,17 @@ def test_units_other_than_the_base_ones_are_converted() -> None:
 @pytest.mark.parametrize("sm, mem, expected", [(90, 20, "compute"), (30, 85, "memory"), (70, 70, "memory"),
                                                (40, 50, "latency"), (None, None, "latency")])
 def test_the_limiter_is_the_unit_above_sixty_percent(sm: float | None, mem: float | None, expected: str) -> None:
-    assert profile.limiter(sm, mem) == expected
+    assert ncu.limiter(sm, mem) == expected
 
 
 def test_ncu_failures_become_one_sentence_with_the_remedy() -> None:
     perm = "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters"
-    assert profile.explain_failure(perm, 1, "ncu") == nvtools.COUNTERS_REMEDY
+    assert ncu.explain_failure(perm, 1, "ncu") == nvtools.COUNTERS_REMEDY
     assert "NVreg_RestrictProfilingToAdminUsers=0" in nvtools.COUNTERS_REMEDY and "--trace" in nvtools.COUNTERS_REMEDY
     unsupported = "==ERROR== Device 0 is not supported by this version of Nsight Compute"
-    assert "does not support this GPU" in profile.explain_failure(unsupported, 1, "/opt/ncu")
-    assert profile.explain_failure("==ERROR== something else\n", 1, "ncu") == "ncu failed: something else"
-    assert profile.explain_failure("last words\n", 3, "ncu") == "ncu exited with code 3: last words."
+    assert "does not support this GPU" in ncu.explain_failure(unsupported, 1, "/opt/ncu")
+    assert ncu.explain_failure("==ERROR== something else\n", 1, "ncu") == "ncu failed: something else"
+    assert ncu.explain_failure("last words\n", 3, "ncu") == "ncu exited with code 3: last words."
 
 
 def test_shapes_and_implementations_are_chosen_from_the_op() -> None:
@@ -97,12 +98,12 @@ def test_shapes_and_implementations_are_chosen_from_the_op() -> None:
 
 
 def test_the_summary_puts_candidate_and_baselines_side_by_side() -> None:
-    kernel = profile.summarize(profile.parse_raw_csv((DATA / "ncu-raw-softmax-h100.csv").read_text())[0])
+    kernel = ncu.summarize(ncu.parse_raw_csv((DATA / "ncu-raw-softmax-h100.csv").read_text())[0])
     doc = {"op": "softmax", "shape": {"rows": 4096, "cols": 4096}, "dtype": "float32", "gpu": "H100", "mode": "ncu",
            "set": "basic", "warmup_calls": 3, "seconds": 30.0, "ncu": {"version": "2025.3"},
            "impls": {"kernellab": {"role": "candidate", "kernels": [kernel]},
                      "eager": {"role": "baseline", "kernels": [dict(kernel, kernel="cunn_SoftMaxForward")]}}}
-    text = profile.to_markdown(doc)
+    text = profilereport.to_markdown(doc)
     assert "| kernellab (candidate) | `softmax_kernel` | 41.2 µs | 81.3 | 83.1 | 47.1 | 2725 | 89.8 / 100.0 % | 32 " \
            "| 256 B | memory (L2) | long_scoreboard 12.6" in text
     assert "| eager (baseline) | `cunn_SoftMaxForward` |" in text
@@ -120,8 +121,11 @@ def test_memcheck_names_kernel_line_and_case_and_not_the_process_dying() -> None
     assert e.kernel == "<unnamed>::oob_write_kernel(const float *, float *, long)"
     assert e.where == "oob_write.cu:8" and e.case == "kernellab n=1001 float32 seed=0"
     assert any("out of bounds" in d for d in e.details)
-    lines = sanitize.report("memcheck", errors, failed, 0, sanitize.ERROR_EXIT, died=True)
-    assert lines[0] == "memcheck: 1 error at 1 place (0 cases)"
+    text = (DATA / "sanitizer-memcheck-h100.log").read_text()
+    assert sanitize.cases_run(text) == ["kernellab n=1001 float32 seed=0"]  # the process died there: no closing count
+    lines = sanitize.report("memcheck", errors, failed, len(sanitize.cases_run(text)), sanitize.ERROR_EXIT, died=True,
+                            finished=False)
+    assert lines[0] == "memcheck: 1 error at 1 place (1 case)"  # the case it names below counts
     assert "kernel <unnamed>::oob_write_kernel(const float *, float *, long) at oob_write.cu:8; " \
            "case kernellab n=1001 float32 seed=0" in lines[2]
     assert "CUDA context is lost" in lines[3]
@@ -135,6 +139,7 @@ def test_racecheck_merges_one_race_met_in_two_cases_and_keeps_the_failed_checks(
     assert errors[0].kernel == "<unnamed>::shared_race_kernel(const float *, float *)"
     groups = sanitize.merged(errors)
     assert len(groups) == 1 and groups[0][1] == ["kernellab n=1024 float32 seed=0", "kernellab n=65536 float32 seed=0"]
+    assert len(sanitize.cases_run((DATA / "sanitizer-racecheck-h100.log").read_text())) == 2
     lines = sanitize.report("racecheck", errors, failed, 2, sanitize.ERROR_EXIT)
     assert lines[0] == "racecheck: 2 errors at 1 place (2 cases)"
     assert sum(line.startswith("  check failed: kernellab n=") for line in lines) == 2
@@ -145,8 +150,45 @@ def test_a_clean_run_and_a_run_that_broke_read_differently() -> None:
             "========= ERROR SUMMARY: 0 errors\n"
     errors, failed = sanitize.parse("initcheck", clean)
     assert errors == [] and failed == []
-    assert sanitize.report("initcheck", errors, failed, 1, 0) == ["initcheck: clean (1 cases)"]
+    assert sanitize.report("initcheck", errors, failed, 1, 0) == ["initcheck: clean (1 case)"]
     assert "did not finish" in sanitize.report("synccheck", [], [], 0, 139)[0]
+    assert "did not finish" in sanitize.report("synccheck", [], [], 1, 0, finished=False)[0]  # not "clean"
+
+
+def _sanitize_prints(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                     output: str, code: int) -> tuple[int, str]:
+    """What the task prints for one memcheck pass whose compute-sanitizer printed `output` and exited `code`."""
+    monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path))
+    monkeypatch.setattr(proc, "run", lambda argv, **kw: proc.Result(list(argv), code, output, ""))
+    status = sanitize._each_tool("oob_write", ["memcheck"], Path("compute-sanitizer"), ["python", "x"], {})
+    return status, capsys.readouterr().out
+
+
+@pytest.mark.parametrize("code", [sanitize.ERROR_EXIT, 134])  # 134: a tool that passes on the child's abort
+def test_the_task_prints_the_memcheck_summary_once_counting_the_case_it_names(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], code: int) -> None:
+    log = (DATA / "sanitizer-memcheck-h100.log").read_text()
+    status, out = _sanitize_prints(tmp_path, monkeypatch, capsys, log, code)
+    assert status == 1
+    assert out.count("memcheck: ") == 1 and "memcheck: 1 error at 1 place (1 case)\n" in out
+    assert out.count("Invalid __global__ write of size 4 bytes") == 1  # not the tool's own block again
+    assert out.count("case kernellab n=1001 float32 seed=0") == 1
+    assert "ERROR SUMMARY" not in out and "frame #" not in out and "terminate called" not in out
+    assert out.count("compute-sanitizer's full output:") == 1
+    assert (tmp_path / "sanitize" / "oob_write-memcheck.log").read_text() == log
+
+
+def test_the_task_shows_the_tools_output_only_when_there_is_no_error_to_report(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    clean = "========= COMPUTE-SANITIZER\nkernellab-case: a n=1 float32 seed=0\nkernellab-case: a n=2 float32 seed=0\n" \
+            "kernellab-cases: 2\n========= ERROR SUMMARY: 0 errors\n"
+    status, out = _sanitize_prints(tmp_path, monkeypatch, capsys, clean, 0)
+    assert status == 0 and "memcheck: clean (2 cases)\n" in out and "COMPUTE-SANITIZER" not in out
+    died = "========= COMPUTE-SANITIZER\nkernellab-case: a n=1 float32 seed=0\nSegmentation fault\n" \
+           "========= ERROR SUMMARY: 0 errors\n"
+    status, out = _sanitize_prints(tmp_path, monkeypatch, capsys, died, 0)
+    assert status == 1 and "Segmentation fault" in out  # nothing else would say why
+    assert "did not finish" in out and "clean" not in out
 
 
 def test_sanitizer_command_line() -> None:

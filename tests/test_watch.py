@@ -18,11 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from invoke import Config, Context, Exit
+from invoke import Exit
 
-from kernellab import ROOT, containers, images, watch, watchresult
+from kernellab import ROOT, opspec, watch, watchresult
 from kernellab.cli import watch as task_module
-from kernellab.errors import ConfigError
+from kernellab.errors import ConfigError, UsageError
+from kernellab.places import in_workspace
+from places_fixtures import RecordingPlace, context
 
 OP = "rmsnorm_cpu"
 SHAPES = [{"rows": 1, "cols": 1}, {"rows": 17, "cols": 1000}]
@@ -123,25 +125,37 @@ def test_bench_lines_follow_the_checks() -> None:
 def test_an_unknown_op_gets_the_closest_name(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"no op named `rmsnrm_cpu` in .* \(did you mean rmsnorm_cpu\?\); "
                                           r"the ops are: .*rmsnorm_cpu"):
-        watch.find_op(ROOT / "kernels", "rmsnrm_cpu")
+        opspec.find_op(ROOT / "kernels", "rmsnrm_cpu")
     with pytest.raises(ConfigError) as e:
-        watch.find_op(ROOT / "kernels", "zzzz")
+        opspec.find_op(ROOT / "kernels", "zzzz")
     assert "did you mean" not in str(e.value)
-    assert watch.find_op(ROOT / "kernels", OP) == ROOT / "kernels" / OP
+    assert opspec.find_op(ROOT / "kernels", OP) == ROOT / "kernels" / OP
     with pytest.raises(ConfigError, match="no kernels folder"):
-        watch.find_op(tmp_path / "nowhere", OP)
+        opspec.find_op(tmp_path / "nowhere", OP)
+
+
+def test_k_is_an_expression_for_single_op_tasks_too_and_several_matches_are_named(tmp_path: Path) -> None:
+    for name in ("relu", "relu_oob", "softmax"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "op.toml").write_text("")
+    assert opspec.find_op(tmp_path, "relu") == tmp_path / "relu"  # an exact name wins over its substrings
+    assert opspec.find_op(tmp_path, "relu and not relu_oob") == tmp_path / "relu"
+    assert opspec.find_op(tmp_path, "oob") == tmp_path / "relu_oob"
+    with pytest.raises(ConfigError, match=r"-k 'relu or soft' matches 3 ops \(relu, relu_oob, softmax\); this task "
+                                          r"works on one: name it, or narrow the expression"):
+        opspec.find_op(tmp_path, "relu or soft")
 
 
 def test_an_op_whose_op_toml_is_broken_can_still_be_watched(tmp_path: Path) -> None:
     (tmp_path / "toy").mkdir()
     (tmp_path / "toy" / "op.toml").write_text("kind = \n")
     (tmp_path / "_common").mkdir()
-    assert watch.op_names(tmp_path) == ["toy"]
-    assert watch.find_op(tmp_path, "toy") == tmp_path / "toy"
+    assert opspec.op_names(tmp_path) == ["toy"]
+    assert opspec.find_op(tmp_path, "toy") == tmp_path / "toy"
 
 
 def test_the_module_answers_a_typo_before_loading_anything(capsys: pytest.CaptureFixture[str]) -> None:
-    assert watch.main(["-k", "softmx"]) == 1
+    assert watch.main(["-k", "softmx"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("kernellab: no op named `softmx`") and "(did you mean softmax?)" in err
 
@@ -184,53 +198,41 @@ def test_exit_codes_are_explained(code: int, expected: str | None) -> None:
 # --------------------------------------------------------------------------- the task
 
 
-@pytest.fixture
-def runs(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
-    calls: list[dict[str, Any]] = []
-    monkeypatch.setattr(images, "image_for_target", lambda target=None, *a, **kw: f"kernellab:{target or 'cpu'}")
-
-    def run(image: str, command: Any = (), **kwargs: Any) -> int:
-        calls.append({"image": image, "argv": list(command), **kwargs})
-        return calls[0].get("code", 130)
-
-    monkeypatch.setattr(containers, "run", run)
-    return calls
-
-
-def _ctx() -> Context:
-    return Context(Config(overrides={"kernellab": {"target": "cpu"}}))
-
-
-def test_the_task_runs_the_module_in_the_container_with_the_gpu(runs: list[dict[str, Any]]) -> None:
+def test_the_task_runs_the_module_where_the_flags_say(monkeypatch: pytest.MonkeyPatch) -> None:
+    place = RecordingPlace(code=130)
     with pytest.raises(Exit) as e:
-        task_module.watch.body(_ctx(), k=OP, bench=True)
+        task_module.watch.body(context(place), k=OP, bench=True)
     assert e.value.code == 130 and not e.value.message, "Ctrl-C: the watcher said goodbye; nothing more"
-    (call,) = runs
-    assert call["image"] == "kernellab:cpu" and call["gpu"] is True
-    assert call["argv"] == ["python", "-m", "kernellab.watch", "-k", OP, "--bench"]
+    assert place.job.argv == ("python", "-m", "kernellab.watch", "-k", OP, "--bench") and place.job.gpu
 
 
-def test_the_task_answers_a_typo_before_starting_a_container(runs: list[dict[str, Any]]) -> None:
-    with pytest.raises(Exit, match=r"no op named `rmsnorm` .*did you mean rmsnorm_cpu\?") as e:
-        task_module.watch.body(_ctx(), k="rmsnorm")
-    assert e.value.code == 1 and not runs
+def test_the_task_answers_a_typo_before_starting_anything() -> None:
+    place = RecordingPlace()
+    with pytest.raises(Exit, match=r"no op named `rmsnrm_cpu` .*did you mean rmsnorm_cpu\?") as e:
+        task_module.watch.body(context(place), k="rmsnrm_cpu")
+    assert e.value.code == 2 and not place.jobs  # bad input: 2 in every task
 
 
-def test_a_dying_container_is_explained_and_the_exit_is_not_zero(monkeypatch: pytest.MonkeyPatch,
-                                                                  runs: list[dict[str, Any]]) -> None:
-    monkeypatch.setattr(containers, "run", lambda image, command=(), **kwargs: 137)
+def test_an_expression_selects_the_one_op_it_matches() -> None:
+    place = RecordingPlace()
+    task_module.watch.body(context(place), k="rmsnorm and cpu")
+    assert place.job.argv[-2:] == ("-k", "rmsnorm_cpu")
+
+
+def test_a_dying_container_is_explained_and_the_exit_is_not_zero() -> None:
     with pytest.raises(Exit, match=r"^kernellab: watch: the container was killed \(SIGKILL") as e:
-        task_module.watch.body(_ctx(), k=OP)
+        task_module.watch.body(context(RecordingPlace(code=137)), k=OP)
     assert e.value.code == 137
 
 
-def test_a_kernels_folder_for_the_container_must_be_in_the_repository(runs: list[dict[str, Any]], tmp_path: Path) -> None:
+def test_a_kernels_folder_for_the_container_must_be_in_the_repository(tmp_path: Path) -> None:
     shutil.copytree(ROOT / "kernels" / OP, tmp_path / OP)
-    with pytest.raises(Exit, match="outside the repository"):
-        task_module.watch.body(_ctx(), k=OP, kernels=str(tmp_path))
-    with pytest.raises(Exit):
-        task_module.watch.body(_ctx(), k=OP, kernels=str(ROOT / "kernels"))
-    assert runs[0]["argv"][-2:] == ["--kernels", "/workspace/kernels"]
+    place = RecordingPlace()
+    task_module.watch.body(context(place), k=OP, kernels=str(tmp_path))
+    with pytest.raises(UsageError, match="outside the repository"):
+        place.job.with_paths(in_workspace)
+    task_module.watch.body(context(place), k=OP, kernels=str(ROOT / "kernels"))
+    assert place.jobs[1].with_paths(in_workspace)[-2:] == ("--kernels", "/workspace/kernels")
 
 
 # --------------------------------------------------------------------------- the checks' messages

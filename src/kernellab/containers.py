@@ -14,7 +14,7 @@ from typing import Sequence
 
 from . import ROOT, cache_root, gpu, proc
 from .engine import Engine, resolve_engine
-from .errors import KernellabError
+from .errors import KernellabError, UsageError
 from .gpu import selected_gpus  # run()'s `gpu` argument hides the module there
 
 WORKSPACE = "/workspace"
@@ -136,9 +136,9 @@ def run(image: str, command: Sequence[str] = (), *, gpu: bool | str = True, inte
         raise KernellabError(f"image {image} does not exist in {eng.name}; build it with `invoke build-image` first.")
     mode = (best_gpu_mode(eng) if gpu is True else None) if not isinstance(gpu, str) else gpu
     if isinstance(gpu, str) and gpu not in gpu_mode_names():
-        raise KernellabError(f"unknown GPU mode `{gpu}`; use one of {', '.join(gpu_mode_names())}.")
+        raise UsageError(f"unknown GPU mode `{gpu}`; use one of {', '.join(gpu_mode_names())}.")
     if gpu is False and gpu_index is not None:
-        raise KernellabError(f"--gpu-index {gpu_index} picks GPUs to attach, and --gpu-mode none attaches none; "
+        raise UsageError(f"--gpu-index {gpu_index} picks GPUs to attach, and --gpu-mode none attaches none; "
                              "drop one of the two.")
     # Without --gpu-index the environment chooses, so a Slurm task (SLURM_JOB_GPUS) or a shell with
     # CUDA_VISIBLE_DEVICES hands its container only its own GPUs, not every GPU of the node.
@@ -174,12 +174,8 @@ def gpu_mode_names() -> tuple[str, ...]:
     return gpu.MODES
 
 
-def run_in_target(target: str | None, argv: Sequence[str], *, gpu: bool | str = True,
-                  mounts: Sequence[str] = (), gpu_index: str | int | None = None) -> int:
-    """Run argv in the image of a named target (default: this machine's), repo and caches mounted."""
-    # Imported here: a cluster node runs containers through this module with the standard library
-    # alone (kernellab.cluster.node), and images needs jinja2.
-    from . import images
-
-    image = images.image_for_target(target)
-    return run(image, list(argv), gpu=gpu, mounts=mounts, gpu_index=gpu_index)
+def gpu_choice(gpu_mode: str | None) -> bool | str:
+    """--gpu-mode as run() takes it: True (the best mode), False ("none"), or a mode."""
+    if gpu_mode is None:
+        return True
+    return False if gpu_mode == "none" else gpu_mode

@@ -25,7 +25,7 @@ from typing import IO, Any
 from . import ROOT, cache_root, containers, images, network
 from .containers import CACHE, WORKSPACE
 from .engine import Engine, resolve_engine
-from .errors import KernellabError
+from .errors import KernellabError, UsageError
 
 #: Where `invoke devcontainer` writes: one folder per target (VS Code lists each as a configuration).
 DEVCONTAINER_DIR = ".devcontainer"
@@ -69,7 +69,7 @@ def image_extras(image: str, *, engine: Engine | None = None) -> tuple[str, ...]
 def require_extra(image: str, target: str, extra: str, *, engine: Engine | None = None) -> None:
     """KernellabError (one sentence saying how to get it) unless image was built with `extra`."""
     if extra not in image_extras(image, engine=engine):
-        raise KernellabError(f"{image} has no `{extra}` extra; add `extras = [\"{extra}\"]` to [target.{target}] in "
+        raise UsageError(f"{image} has no `{extra}` extra; add `extras = [\"{extra}\"]` to [target.{target}] in "
                              f"docker/targets.toml and rebuild with `invoke build-image --target {target}`.")
 
 
@@ -117,7 +117,7 @@ def gpu_mode(gpu: bool | str, *, engine: Engine | None = None) -> str | None:
     """The GPU mode asked for: True = the one doctor finds (None without a GPU), False = None, or a mode name."""
     if isinstance(gpu, str):
         if gpu not in containers.gpu_mode_names():
-            raise KernellabError(f"unknown GPU mode `{gpu}`; use one of {', '.join(containers.gpu_mode_names())}.")
+            raise UsageError(f"unknown GPU mode `{gpu}`; use one of {', '.join(containers.gpu_mode_names())}.")
         return gpu
     return containers.best_gpu_mode(resolve_engine(engine)) if gpu else None
 
@@ -165,7 +165,7 @@ def read_jsonc(path: Path) -> dict[str, Any]:
 def free_port(port: int, host: str = "127.0.0.1", tries: int = 100) -> int:
     """port if nothing listens on host:port, else the next free one above it."""
     if not 0 < port < 65536:
-        raise KernellabError(f"--port must be between 1 and 65535, not {port}.")
+        raise UsageError(f"--port must be between 1 and 65535, not {port}.")
     for candidate in range(port, min(port + tries, 65536)):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:

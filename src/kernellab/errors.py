@@ -11,14 +11,21 @@ class KernellabError(Exception):
     exit_code = 1
 
 
-class ConfigError(KernellabError):
-    """The version matrix or a target definition is malformed."""
+class UsageError(KernellabError):
+    """Bad input: a flag, name, file or combination the user gave cannot be used; nothing was done.
 
-
-class ResolveError(KernellabError):
-    """A requested combination is unknown or cannot work; nothing was built."""
+    Every task exits 2 for these (and 1 when the work itself failed), so scripts can tell the two apart.
+    """
 
     exit_code = 2
+
+
+class ConfigError(UsageError):
+    """The version matrix, a target definition, an op.toml or an op selection is malformed or names nothing."""
+
+
+class ResolveError(UsageError):
+    """A requested combination is unknown or cannot work; nothing was built."""
 
 
 class EngineError(KernellabError):
@@ -70,12 +77,15 @@ class ProfileError(KernellabError):
 class ClusterError(KernellabError):
     """A cluster run cannot be planned, submitted or gathered (profile, scheduler, runtime, shared folder)."""
 
-    def __init__(self, message: str, exit_code: int = 1):
+    def __init__(self, message: str, exit_code: int | None = None):
         super().__init__(message)
-        self.exit_code = exit_code
+        if exit_code is not None:
+            self.exit_code = exit_code
 
 
-class RecipeError(KernellabError):
+class ClusterUsageError(ClusterError, UsageError):
+    """Bad input for a cluster run (a malformed profile, an unknown GPU type, a GPU the image cannot run on)."""
+
+
+class RecipeError(UsageError):
     """A recipe is unknown, malformed, or asks for what this machine or its sources cannot give."""
-
-    exit_code = 2

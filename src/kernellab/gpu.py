@@ -11,7 +11,7 @@ from typing import Any, Mapping, Sequence
 
 from . import proc
 from .engine import Engine, EngineInfo
-from .errors import KernellabError
+from .errors import KernellabError, UsageError
 
 #: Driver libraries a CUDA program (and nvidia-smi / NVML) needs from the host.
 DRIVER_LIBS = ("libcuda.so", "libnvidia-ml.so", "libnvidia-ptxjitcompiler.so", "libnvidia-nvvm.so",
@@ -138,7 +138,7 @@ def _match_gpu(item: str, host: Sequence[HostGpu], said: str, fix: str) -> int:
     """The host index of one entry of a selection: an index, a GPU UUID or a unique `GPU-` prefix of one."""
     have = ", ".join(f"{g.index} ({g.name}, {g.uuid})" for g in host) or "none that nvidia-smi can see"
     if item.startswith("MIG-"):
-        raise KernellabError(f"{said} names a MIG instance ({item}), and kernellab attaches whole GPUs; give the "
+        raise UsageError(f"{said} names a MIG instance ({item}), and kernellab attaches whole GPUs; give the "
                              f"parent GPU's index with --gpu-index (this machine's GPUs: {have}).")
     if item.isdigit():
         found = [g for g in host if g.index == int(item)]
@@ -148,7 +148,7 @@ def _match_gpu(item: str, host: Sequence[HostGpu], said: str, fix: str) -> int:
         found = []
     if len(found) != 1:
         what = "more than one GPU" if found else f"GPU {item!r}, which this machine does not have"
-        raise KernellabError(f"{said} names {what}; give an index or UUID of one of this machine's GPUs "
+        raise UsageError(f"{said} names {what}; give an index or UUID of one of this machine's GPUs "
                              f"(--gpu-index N){fix}; its GPUs: {have}.")
     return found[0].index
 

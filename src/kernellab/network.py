@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Iterator
 
 from . import proc
-from .errors import KernellabError
+from .errors import UsageError
 
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "FTP_PROXY", "NO_PROXY", "ALL_PROXY")
 HOST_CA_DIR = Path("/usr/local/share/ca-certificates")
@@ -119,7 +119,7 @@ def build_pip_conf(config: PipConfig | None = None, wheelhouse: Path | None = No
     served: list[tuple[str, str]] = []  # (key, relative url)
     if wheelhouse is not None:
         if not wheelhouse.is_dir():
-            raise KernellabError(f"wheelhouse {wheelhouse} is not a folder; pass a folder of wheels to --wheelhouse.")
+            raise UsageError(f"wheelhouse {wheelhouse} is not a folder; pass a folder of wheels to --wheelhouse.")
         lines.append("no-index = true")
         served.append(("find-links", serve(wheelhouse.resolve(), index=False)))
     else:
@@ -198,9 +198,9 @@ def ca_certificates(extra: list[str] | tuple[str, ...] = (), host: bool = True) 
     for c in extra:
         p = Path(c).expanduser()
         if not p.is_file():
-            raise KernellabError(f"CA certificate {c} does not exist; pass the PEM file of your proxy's CA to --ca-cert.")
+            raise UsageError(f"CA certificate {c} does not exist; pass the PEM file of your proxy's CA to --ca-cert.")
         if b"BEGIN CERTIFICATE" not in p.read_bytes():
-            raise KernellabError(f"{c} is not a PEM certificate (no BEGIN CERTIFICATE line); export it as PEM.")
+            raise UsageError(f"{c} is not a PEM certificate (no BEGIN CERTIFICATE line); export it as PEM.")
         certs.append(p)
     if host and HOST_CA_DIR.is_dir():
         certs += sorted(p for p in HOST_CA_DIR.rglob("*.crt") if p.is_file())

@@ -6,6 +6,7 @@ an op is kernellab.ops.
 """
 from __future__ import annotations
 
+import difflib
 import math
 import re
 import sys
@@ -250,3 +251,41 @@ def compile_select(expr: str) -> Callable[[str], bool]:
     except SyntaxError:
         raise ConfigError(f"-k {expr!r} is not a valid expression (words joined by and/or/not).") from None
     return lambda name: bool(eval(code, {"__builtins__": {}}, {"name": name.lower()}))
+
+
+
+def op_names(root: Path) -> list[str]:
+    """The ops under `root`: folders with an op.toml, not starting with `_` or `.` (as discover)."""
+    return sorted(p.name for p in root.iterdir()
+                  if (p / "op.toml").is_file() and not p.name.startswith(("_", ".")))
+
+
+def find_op(root: Path, expr: str) -> Path:
+    """The folder of the one op `expr` selects under `root`: its exact name, or a -k expression (as for
+    `test` and `bench`) that matches exactly one op; ConfigError naming the candidates otherwise.
+
+    Only the folder is checked, not its op.toml: a watch on an op whose op.toml is broken starts,
+    shows the error and waits for the fix.
+    """
+    if not root.is_dir():
+        raise ConfigError(f"no kernels folder at {_shown(root)}; run from a kernellab checkout or pass --kernels DIR.")
+    names = op_names(root)
+    if expr in names:
+        return root / expr
+    matched = [n for n in names if compile_select(expr)(n)]
+    if len(matched) == 1:
+        return root / matched[0]
+    if matched:
+        raise ConfigError(f"-k {expr!r} matches {len(matched)} ops ({', '.join(matched)}); this task works on one: "
+                          f"name it, or narrow the expression (e.g. -k '{matched[0]} and not {matched[1]}').")
+    close = difflib.get_close_matches(expr, names, n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    raise ConfigError(f"no op named `{expr}` in {_shown(root)}/{hint}; the ops are: {', '.join(names) or 'none'}.")
+
+
+def _shown(path: Path) -> str:
+    """A path as the user knows it: relative to the repository when inside it."""
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)

@@ -12,167 +12,32 @@ clocks locked to base (`--clock-control base`) and caches flushed before each ke
 all`), both recorded. `--kernel` narrows it to kernels whose function name (demangled, no parameters:
 works for C++ templates and Triton kernels alike) matches a regular expression.
 
-The reports are read back with `ncu --import REPORT --csv --page raw` (ncu's own export, not its
-console text) and summarized per kernel: duration, DRAM/L2/SM throughput as % of peak, DRAM GB/s,
-achieved vs theoretical occupancy, registers per thread, shared memory per block, the limiter and the
-top warp-stall reasons. Output: `<out>/profile/<op>-<shape>-<dtype>-<impl>.ncu-rep` (and `.csv`, every metric),
-`profile.json` and `summary.md`; written to `<out>/profile.partial/` and renamed at the end, so a failed run leaves no
-report that looks complete.
+Each report is read back with ncu's own CSV export and summarized per kernel (kernellab.ncu, which also
+owns ncu's command lines). Output (kernellab.profilereport): `<out>/profile/<op>-<shape>-<dtype>-<impl>.ncu-rep`
+(and `.csv`, every metric), `profile.json` and `summary.md`; written to `<out>/profile.partial/` and renamed at
+the end, so a failed run leaves no report that looks complete. This module owns the task itself: choosing
+shape, dtype and implementations, the profiled child (`--launch`), running ncu or the trace per implementation,
+and the command line.
 """
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime as dt
 import json
 import os
-import re
 import shutil
 import sys
 import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import ROOT, nvtools, proc, pythonpath
+from . import ROOT, nvtools, proc, profilereport, pythonpath
 from .errors import ConfigError, KernellabError, ProfileError
-from .opspec import KERNELS, OpSpec, parse_spec
+from .ncu import RANGE, SETS, check_regex, explain_failure, import_argv, ncu_argv, ncu_version, parse_raw_csv, summarize
+from .opspec import KERNELS, OpSpec, find_op, parse_spec
 
-#: The NVTX range the profiled call runs in (ncu --nvtx-include "kernellab/": a push/pop range of that name).
-RANGE = "kernellab"
 #: Calls before the profiled one: JIT compiles, torch.compile, first-launch module loads, warm caches.
 WARMUP = 3
-SETS = ("basic", "full")
-#: Beyond ncu's basic set: warp states (the stall reasons) and DRAM bytes (GB/s to compare with the bench).
-BASIC_EXTRA = ("--section", "WarpStateStats", "--metrics", "dram__bytes_read.sum,dram__bytes_write.sum")
-#: The summary's fields, from ncu's raw metric names.
-METRICS = {
-    "duration_ns": "gpu__time_duration.sum",
-    "dram_pct": "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
-    "l2_pct": "lts__throughput.avg.pct_of_peak_sustained_elapsed",
-    "sm_pct": "sm__throughput.avg.pct_of_peak_sustained_elapsed",
-    "l1_pct": "l1tex__throughput.avg.pct_of_peak_sustained_active",
-    "memory_pct": "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
-    "occupancy_achieved_pct": "sm__warps_active.avg.pct_of_peak_sustained_active",
-    "occupancy_theoretical_pct": "sm__maximum_warps_per_active_cycle_pct",
-    "registers": "launch__registers_per_thread",
-    "shared_static_bytes": "launch__shared_mem_per_block_static",
-    "shared_dynamic_bytes": "launch__shared_mem_per_block_dynamic",
-    "block_size": "launch__block_size",
-    "grid_size": "launch__grid_size",
-    "dram_read_bytes": "dram__bytes_read.sum",
-    "dram_write_bytes": "dram__bytes_write.sum",
-}
-_STALL = re.compile(r"^smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$")
-#: Above this % of peak a unit is the limiter (Nsight Compute's own rule of thumb for "bound").
-BOUND_PCT = 60.0
-
-
-# --------------------------------------------------------------------------- ncu's command line and its output
-
-
-def ncu_argv(ncu: str | Path, report: Path, program: Sequence[str], *, set_name: str = "basic",
-             kernel: str | None = None) -> list[str]:
-    """ncu on `program`, profiling only the kernels in the NVTX range RANGE, into `report` (.ncu-rep)."""
-    if set_name not in SETS:
-        raise ConfigError(f"unknown --set {set_name!r}; use one of {', '.join(SETS)}.")
-    argv = [str(ncu), "--nvtx", "--nvtx-include", f"{RANGE}/", "--clock-control", "base", "--cache-control", "all",
-            "--set", set_name, *(BASIC_EXTRA if set_name == "basic" else ()),
-            "--export", str(report), "--force-overwrite"]
-    if kernel:
-        _check_regex(kernel)
-        argv += ["--kernel-name-base", "function", "--kernel-name", f"regex:{kernel}"]
-    return [*argv, *program]
-
-
-def import_argv(ncu: str | Path, report: Path) -> list[str]:
-    """ncu's own CSV export of a report: one row per profiled kernel, every metric, base units."""
-    return [str(ncu), "--import", str(report), "--csv", "--page", "raw", "--print-units", "base",
-            "--print-kernel-base", "function"]
-
-
-def _check_regex(pattern: str) -> None:
-    try:
-        re.compile(pattern)
-    except re.error as e:
-        raise ConfigError(f"--kernel {pattern!r} is not a regular expression: {e}.") from None
-
-
-def parse_raw_csv(text: str) -> list[dict[str, Any]]:
-    """Rows of `ncu --import --csv --page raw`: {column: value}, numbers as floats, with a `units` map."""
-    lines = [line for line in text.splitlines() if line.startswith('"')]  # ncu's own ==PROF== lines are not CSV
-    rows = list(csv.reader(lines))
-    if len(rows) < 2:
-        return []
-    header, units = rows[0], rows[1]
-    unit_of = dict(zip(header, units))
-    kernels = []
-    for values in rows[2:]:
-        row: dict[str, Any] = {"units": unit_of}
-        for name, value in zip(header, values):
-            row[name] = _number(value)
-        kernels.append(row)
-    return kernels
-
-
-def _number(value: str) -> Any:
-    text = value.strip().replace(",", "")
-    try:
-        return float(text)
-    except ValueError:
-        return value
-
-
-def summarize(row: dict[str, Any]) -> dict[str, Any]:
-    """One kernel's summary from its raw row (see METRICS); the limiter and the top three stalls."""
-    out: dict[str, Any] = {"kernel": row.get("Kernel Name") or row.get("Function Name") or "?"}
-    for key, metric in METRICS.items():
-        value = row.get(metric)
-        out[key] = _in_base_unit(value, row["units"].get(metric, "")) if isinstance(value, float) else None
-    if out["duration_ns"] and out["dram_read_bytes"] is not None and out["dram_write_bytes"] is not None:
-        out["dram_gbps"] = (out["dram_read_bytes"] + out["dram_write_bytes"]) / out["duration_ns"]
-    else:
-        out["dram_gbps"] = None
-    shared = [v for v in (out["shared_static_bytes"], out["shared_dynamic_bytes"]) if v is not None]
-    out["shared_bytes"] = sum(shared) if shared else None
-    levels = {"DRAM": out["dram_pct"], "L2": out["l2_pct"], "L1/shared": out["l1_pct"]}
-    out["limiter"] = limiter(out["sm_pct"], max(v for v in (out["memory_pct"], *levels.values(), 0.0) if v is not None))
-    if out["limiter"] == "memory" and any(v is not None for v in levels.values()):
-        busiest = max((v, name) for name, v in levels.items() if v is not None)[1]
-        out["limiter"] = f"memory ({busiest})"
-    stalls = sorted(((m.group(1), v) for name, v in row.items() if isinstance(v, float) and (m := _STALL.match(name))),
-                    key=lambda kv: -kv[1])
-    stalls = [(reason, v) for reason, v in stalls if reason != "selected" and v > 0]  # selected: issuing, no stall
-    out["stalls"] = [{"reason": reason, "cycles_per_issue": round(v, 3)} for reason, v in stalls[:3]]
-    return out
-
-
-def _in_base_unit(value: float, unit: str) -> float:
-    scale = {"usecond": 1e3, "us": 1e3, "msecond": 1e6, "ms": 1e6, "second": 1e9, "s": 1e9,
-             "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "KB": 1e3, "MB": 1e6, "GB": 1e9}
-    return value * scale.get(unit, 1.0)
-
-
-def limiter(sm_pct: float | None, memory_pct: float | None) -> str:
-    """memory, compute or latency: which unit runs above BOUND_PCT of its peak (the higher one), else
-    latency (neither is busy: too little parallelism, or waiting). summarize() names the memory level."""
-    sm, mem = sm_pct or 0.0, memory_pct or 0.0
-    if max(sm, mem) < BOUND_PCT:
-        return "latency"
-    return "memory" if mem >= sm else "compute"
-
-
-def explain_failure(output: str, code: int, ncu: str | Path) -> str:
-    """One sentence for a failed ncu run, from what it printed."""
-    if "ERR_NVGPUCTRPERM" in output:
-        return nvtools.COUNTERS_REMEDY
-    if re.search(r"[Dd]evice .*(is not supported|not supported)|Unsupported GPU|cannot profile .*architecture", output):
-        return (f"this Nsight Compute ({ncu}) does not support this GPU; install a newer Nsight Compute "
-                "(each release lists the GPUs it supports) or use `invoke profile --trace`.")
-    errors = [line.split("==ERROR==", 1)[1].strip() for line in output.splitlines() if "==ERROR==" in line]
-    if errors:
-        return f"ncu failed: {errors[0]}"
-    tail = [line for line in output.splitlines() if line.strip()][-1:]
-    return f"ncu exited with code {code}{': ' + tail[0] if tail else ''}."
 
 
 # --------------------------------------------------------------------------- the profiled child (--launch)
@@ -211,8 +76,6 @@ def launch(root: Path, name: str, impl: str, shape: dict[str, int], dtype: str, 
 
 
 def _find(root: Path, name: str) -> OpSpec:
-    from .watch import find_op
-
     return parse_spec(find_op(root, name) / "op.toml")
 
 
@@ -280,7 +143,7 @@ def run(root: Path, name: str, *, shape: str | None = None, dtype: str | None = 
     if set_name not in SETS:
         raise ConfigError(f"unknown --set {set_name!r}; use one of {', '.join(SETS)}.")
     if kernel:
-        _check_regex(kernel)
+        check_regex(kernel)
     ncu = None
     if not trace:
         ncu = nvtools.find("ncu")
@@ -298,7 +161,7 @@ def run(root: Path, name: str, *, shape: str | None = None, dtype: str | None = 
         "op": spec.name, "shape": chosen_shape, "dtype": chosen_dtype, "gpu": gpu, "torch": torch.__version__,
         "mode": "trace" if trace else "ncu", "set": None if trace else set_name, "kernel_filter": kernel,
         "warmup_calls": WARMUP, "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "ncu": None if ncu is None else {"path": str(ncu), "version": _ncu_version(ncu),
+        "ncu": None if ncu is None else {"path": str(ncu), "version": ncu_version(ncu),
                                          "clock_control": "base", "cache_control": "all",
                                          "nvtx_range": RANGE},
         "impls": {},
@@ -309,8 +172,7 @@ def run(root: Path, name: str, *, shape: str | None = None, dtype: str | None = 
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)  # nothing half-done left beside finished runs
         raise
-    (partial / "profile.json").write_text(json.dumps(doc, indent=1) + "\n")
-    (partial / "summary.md").write_text(to_markdown(doc))
+    profilereport.write(partial, doc)
     if final.exists():
         shutil.rmtree(final)
     partial.rename(final)
@@ -382,50 +244,6 @@ def _run_child(argv: list[str], what: str) -> None:
         raise ProfileError(f"{what} failed: {lines[-1] if lines else f'exit code {result.returncode}'}")
 
 
-def _ncu_version(ncu: Path) -> str | None:
-    try:
-        text = proc.run([str(ncu), "--version"], check=False, timeout=60).stdout
-    except KernellabError:
-        return None
-    m = re.search(r"Version (\S+)", text)
-    return m.group(1) if m else None
-
-
-def _fmt(value: float | None, spec: str = ".1f", suffix: str = "") -> str:
-    return "–" if value is None else f"{value:{spec}}{suffix}"
-
-
-def to_markdown(doc: dict[str, Any]) -> str:
-    """The summary table: one row per profiled kernel, candidates first, then baselines."""
-    dims = ", ".join(f"{k}={v}" for k, v in doc["shape"].items())
-    lines = [f"# Profile: {doc['op']} ({dims}, {doc['dtype']}) on {doc['gpu']}", ""]
-    if doc["mode"] == "trace":
-        lines += ["torch.profiler traces (Chrome trace JSON; open in chrome://tracing or Perfetto):", ""]
-        lines += [f"- {impl} ({info['role']}): `{info['trace']}`" for impl, info in doc["impls"].items()]
-        return "\n".join(lines) + "\n"
-    ncu = doc["ncu"]
-    lines += [f"Nsight Compute {ncu['version'] or '?'}, `--set {doc['set']}`, clocks locked to base, caches flushed "
-              f"before each kernel; the call after {doc['warmup_calls']} warm-up calls.", "",
-              "| impl | kernel | time | DRAM % | L2 % | SM % | DRAM GB/s | occupancy (achieved / theoretical) "
-              "| regs | smem | limiter | top stalls |",
-              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
-    for impl, info in doc["impls"].items():
-        for k in info["kernels"]:
-            stalls = ", ".join(f"{s['reason']} {s['cycles_per_issue']:.1f}" for s in k["stalls"]) or "–"
-            time_us = None if k["duration_ns"] is None else k["duration_ns"] / 1e3
-            occupancy = f"{_fmt(k['occupancy_achieved_pct'])} / {_fmt(k['occupancy_theoretical_pct'])} %"
-            name = k["kernel"] if len(k["kernel"]) <= 48 else k["kernel"][:45] + "..."
-            lines.append(f"| {impl} ({info['role']}) | `{name}` | {_fmt(time_us, '.1f', ' µs')} | {_fmt(k['dram_pct'])} "
-                         f"| {_fmt(k['l2_pct'])} | {_fmt(k['sm_pct'])} | {_fmt(k['dram_gbps'], '.0f')} | {occupancy} "
-                         f"| {_fmt(k['registers'], '.0f')} | {_fmt(k['shared_bytes'], '.0f', ' B')} | {k['limiter']} "
-                         f"| {stalls} |")
-    total = sum(len(i["kernels"]) for i in doc["impls"].values())
-    lines += ["", f"{total} kernels profiled in {doc['seconds']:.1f} s ({doc['seconds'] / max(total, 1):.1f} s per kernel, "
-              "the op's load and warm-up included). Stalls: cycles per issued instruction a warp spent stalled "
-              "for that reason."]
-    return "\n".join(lines) + "\n"
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kernellab.profile", description=__doc__.splitlines()[0])
     parser.add_argument("-k", dest="op", required=True, metavar="OP")
@@ -449,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     except KernellabError as e:
         print(f"kernellab: {e}", file=sys.stderr)
         return e.exit_code
-    print((folder / "summary.md").read_text(), end="")
+    print((folder / profilereport.SUMMARY).read_text(), end="")
     print(f"profile: {_shown(folder)}/ (summary.md, profile.json and the reports)")
     return 0
 

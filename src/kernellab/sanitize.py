@@ -26,7 +26,7 @@ from typing import Sequence
 
 from . import cache_root, nvtools, proc
 from .errors import ConfigError, KernellabError, ProfileError
-from .opspec import KERNELS, parse_spec
+from .opspec import KERNELS, find_op, parse_spec
 from .profile import child_env, gpu_lock
 
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
@@ -34,6 +34,8 @@ TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 ERROR_EXIT = 86
 MARK = "kernellab-case:"
 CHECK_FAILED = "kernellab-check-failed:"
+#: The child's last line, with the number of cases: it ran them all (absent when it died, e.g. after a memory error).
+FINISHED = "kernellab-cases:"
 _PREFIX = "========= "
 #: Lines of the tool's own that open no error block.
 _NOT_ERRORS = re.compile(r"^(COMPUTE-SANITIZER|ERROR SUMMARY|RACECHECK SUMMARY|LEAK SUMMARY|Target application "
@@ -120,17 +122,31 @@ def merged(errors: list[SanitizerError]) -> list[tuple[SanitizerError, list[str]
     return list(seen.values())
 
 
+def cases_run(output: str) -> list[str]:
+    """The cases the child started, from its marker lines: every case when it finished, and up to the one it
+    died in when it did not (its closing `kernellab-cases: N` line is then missing)."""
+    return [line[len(MARK):].strip() for line in output.splitlines() if line.startswith(MARK)]
+
+
+def unexplained(errors: list[SanitizerError], code: int, finished: bool) -> bool:
+    """No error to show, yet the checks did not finish (or the tool failed): then, and only then, the tail of
+    the tool's output is shown above the report (with errors the report says it all, once)."""
+    return not errors and (code not in (0, ERROR_EXIT) or not finished)
+
+
 def report(tool: str, errors: list[SanitizerError], failed: list[str], cases: int, code: int,
-           died: bool = False) -> list[str]:
+           died: bool = False, finished: bool = True) -> list[str]:
+    """The summary of one tool's pass: clean, or its errors merged by place with the cases that met them;
+    `cases` is how many cases ran (cases_run)."""
     lines = []
-    if not errors and code not in (0, ERROR_EXIT):
+    if unexplained(errors, code, finished):
         lines.append(f"{tool}: the checks did not finish under compute-sanitizer (exit code {code}); its output is above.")
     elif not errors:
-        lines.append(f"{tool}: clean ({cases} cases)")
+        lines.append(f"{tool}: clean ({_cases(cases)})")
     else:
         groups = merged(errors)
         lines.append(f"{tool}: {len(errors)} error{'s' * (len(errors) != 1)} at {len(groups)} "
-                     f"place{'s' * (len(groups) != 1)} ({cases} cases)")
+                     f"place{'s' * (len(groups) != 1)} ({_cases(cases)})")
         for e, where_cases in groups:
             shown = ", ".join(where_cases[:3]) + (f" and {len(where_cases) - 3} more" if len(where_cases) > 3 else "")
             lines.append(f"  {e.message}")
@@ -140,6 +156,10 @@ def report(tool: str, errors: list[SanitizerError], failed: list[str], cases: in
     for f in failed:
         lines.append(f"  check failed: {f}")
     return lines
+
+
+def _cases(n: int) -> str:
+    return f"{n} case{'s' * (n != 1)}"
 
 
 def _short(where: str | None) -> str | None:
@@ -159,8 +179,6 @@ def run_checks(root: Path, name: str) -> int:
     import torch
 
     from . import checks, ops
-    from .watch import find_op
-
     find_op(root, name)
     spec = parse_spec(root / name / "op.toml")
     module = ops.load(spec)
@@ -177,7 +195,7 @@ def run_checks(root: Path, name: str) -> int:
         if failure:
             print(f"{CHECK_FAILED} {case}: {failure}", flush=True)
         count += 1
-    print(f"kernellab-cases: {count}", flush=True)
+    print(f"{FINISHED} {count}", flush=True)
     return 0
 
 
@@ -186,8 +204,6 @@ def run_checks(root: Path, name: str) -> int:
 
 def run(root: Path, name: str, tools: Sequence[str]) -> int:
     import torch
-
-    from .watch import find_op
 
     find_op(root, name)
     spec = parse_spec(root / name / "op.toml")
@@ -216,14 +232,14 @@ def _each_tool(name: str, tools: Sequence[str], sanitizer: Path, program: list[s
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text(output)
         errors, failed = parse(tool, output)
-        m = re.search(r"kernellab-cases: (\d+)", output)
-        cases = int(m.group(1)) if m else 0
-        if result.returncode not in (0, ERROR_EXIT) or (not m and not errors):
+        finished = FINISHED in output
+        if unexplained(errors, result.returncode, finished):
             sys.stdout.write("\n".join(output.splitlines()[-30:]) + "\n")
-        for line in report(tool, errors, failed, cases, result.returncode, died=_DIED in output):
+        for line in report(tool, errors, failed, len(cases_run(output)), result.returncode, died=_DIED in output,
+                           finished=finished):
             print(line, flush=True)
         print(f"  (compute-sanitizer's full output: {log})", flush=True)
-        bad = bad or bool(errors) or bool(failed) or result.returncode != 0 or not m
+        bad = bad or bool(errors) or bool(failed) or result.returncode != 0 or not finished
     return 1 if bad else 0
 
 

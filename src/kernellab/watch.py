@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import IO, Any, Iterable
 
 from . import ROOT
-from .errors import ConfigError, KernellabError
-from .opspec import KERNELS
+from .errors import KernellabError
+from .opspec import KERNELS, find_op
 from .watchresult import Trigger
 from .watchround import _STOPS, FAILED, PASSED, UNAVAILABLE, Round
 
@@ -50,29 +50,6 @@ STEP_MS, DEBOUNCE_MS = 50, 1600
 
 
 # --------------------------------------------------------------------------- which op
-
-
-def op_names(root: Path) -> list[str]:
-    """The ops under `root`: folders with an op.toml, not starting with `_` or `.` (as opspec.discover)."""
-    return sorted(p.name for p in root.iterdir()
-                  if (p / "op.toml").is_file() and not p.name.startswith(("_", ".")))
-
-
-def find_op(root: Path, name: str) -> Path:
-    """The folder of op `name` under `root`; ConfigError with the closest name when there is none.
-
-    Only the folder is checked, not its op.toml: a watch on an op whose op.toml is broken starts,
-    shows the error and waits for the fix.
-    """
-    from .kinds.choose import did_you_mean
-
-    if not root.is_dir():
-        raise ConfigError(f"no kernels folder at {root}; run from a kernellab checkout or pass --kernels DIR.")
-    names = op_names(root)
-    if name in names:
-        return root / name
-    listed = ", ".join(names) or "none"
-    raise ConfigError(f"no op named `{name}` in {_shown(root)}/{did_you_mean(name, names)}; the ops are: {listed}.")
 
 
 def relevant(path: str | Path) -> bool:

@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..errors import KernellabError
+from ..errors import KernellabError, UsageError
 from .timing import DEFAULT, QUICK, Measurement, Settings, do_bench, measure
 
 __all__ = ["DEFAULT", "QUICK", "Measurement", "Settings", "do_bench", "measure", "main"]
@@ -41,7 +41,7 @@ def _main(args: argparse.Namespace) -> int:
     from . import compare, results, runner
 
     if args.new and not args.compare:
-        raise KernellabError("--new needs --compare OLD: it names the newer of two stored runs.")
+        raise UsageError("--new needs --compare OLD: it names the newer of two stored runs.")
     if args.new:
         new, folder = results.load(args.new), None
     else:

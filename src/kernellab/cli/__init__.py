@@ -17,26 +17,16 @@ from invoke.tasks import Task
 
 from .. import engine
 from ..errors import KernellabError
+from ..places import PLACE_HELP, choose
 
 #: Every task module (kernellab.cli.<name>), in the order `invoke --list` shows them. A new module is added here.
 MODULES = ("images", "containers", "devenv", "doctor", "kernels", "watch", "bench", "profile", "transfer", "cluster",
            "recipes")
 
 
-#: Help for the `--engine` flag of every task that uses a container engine.
-ENGINE_HELP = "container engine: docker or podman (default: invoke config kernellab.engine, KERNELLAB_ENGINE, " \
-              "else the first that answers)"
-
-
-#: Help for the `--gpu-mode` flag of every task that runs a container.
-GPU_MODE_HELP = "how the container gets the GPU: nvidia, cdi, devices, or none (default: the best doctor finds)"
-
-
-def gpu_choice(gpu_mode: str | None) -> bool | str:
-    """--gpu-mode as kernellab.containers.run takes it: True (the best mode), False ("none"), or a mode."""
-    if gpu_mode is None:
-        return True
-    return False if gpu_mode == "none" else gpu_mode
+#: Help for --engine and --gpu-mode where a task takes them without the other place flags (one text each).
+ENGINE_HELP = PLACE_HELP["engine"]
+GPU_MODE_HELP = PLACE_HELP["gpu_mode"]
 
 
 def task(*args: Any, **kwargs: Any) -> Any:
@@ -62,6 +52,13 @@ def task(*args: Any, **kwargs: Any) -> Any:
     if len(args) == 1 and callable(args[0]) and not kwargs:
         return decorate(args[0])
     return decorate
+
+
+def run_job(c: Any, job: Any, flags: dict[str, Any]) -> None:
+    """The task's place flags (its locals) -> a place; run the job there; its non-zero exit is the task's."""
+    code = choose(c, **{k: flags[k] for k in PLACE_HELP if k in flags}).run(job)
+    if code:
+        raise Exit(code=code)
 
 
 def configured_target(c: Any, target: str | None = None) -> str | None:

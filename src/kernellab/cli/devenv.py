@@ -4,7 +4,8 @@ from __future__ import annotations
 from invoke import Exit
 
 from .. import ROOT, containers, devenv, images
-from . import ENGINE_HELP, GPU_MODE_HELP, configured_target, gpu_choice, task
+from ..containers import gpu_choice
+from . import ENGINE_HELP, GPU_MODE_HELP, configured_target, task
 
 
 @task(help={"target": "named target (default: this machine's); its image is built first if missing",

@@ -6,7 +6,7 @@ import tempfile
 from pathlib import Path
 
 from .. import images, network, render, targets
-from ..errors import KernellabError
+from ..errors import KernellabError, UsageError
 from ..locks import Mode
 from ..resolve import resolve
 from . import ENGINE_HELP, configured_target, task
@@ -47,7 +47,7 @@ def build_image(c, target=None, cuda=None, gpu=None, torch=None, python=None, ll
                 no_host_certs=False, wheelhouse=None, no_cache=False, engine=None):
     """Resolve, validate and build a pinned image (tags it only on success); follows the lock when it fits."""
     if locked and update:
-        raise KernellabError("--locked follows the lock and --update ignores it; choose one.")
+        raise UsageError("--locked follows the lock and --update ignores it; choose one.")
     spec = _spec(target, cuda, gpu, torch, python, llvm, gcc, ubuntu, toolkit, base_image,
                  configured=configured_target(c))
     print("resolved:\n" + spec.summary())

@@ -1,30 +1,18 @@
 """`invoke build-kernels`: compile every kernel op ahead of time, in the target's container or natively."""
 from __future__ import annotations
 
-from invoke import Context, Exit
+from typing import Any
 
-from . import ENGINE_HELP, configured_target, task
+from .. import jobs
+from ..places import PLACE_HELP
+from . import run_job, task
 
 
-@task(help={
-    "k": "only ops whose name matches EXPR (like pytest -k: words, and, or, not)",
-    "verbose": "show the compiler's full output",
-    "native": "build with this Python's torch, without a container",
-    "target": "image target to build in (default: kernellab.target in invoke.yaml)",
-    "engine": ENGINE_HELP,
-})
-def build_kernels(c: Context, k: str | None = None, verbose: bool = False, native: bool = False,
-                  target: str | None = None, engine: str | None = None) -> None:
+@task(help={**PLACE_HELP, "k": "only ops whose name matches EXPR (like pytest -k: words, and, or, not)",
+            "verbose": "show the compiler's full output"})
+def build_kernels(c: Any, k: str | None = None, verbose: bool = False, native: bool = False, target: str | None = None,
+                  image: str | None = None, engine: str | None = None, gpu_mode: str | None = None,
+                  gpu_index: str | None = None, on: str | None = None, gpus: str | None = None,
+                  profile: str | None = None, resume: str | None = None, dry_run: bool = False) -> None:
     """Build kernel ops ahead of time; print compile time and registers/spills per kernel."""
-    argv = ["build", *(["-k", k] if k else []), *(["--verbose"] if verbose else [])]
-    if native:
-        from ..ops import main
-
-        code = main(argv)
-    else:
-        from ..containers import run_in_target
-
-        code = run_in_target(configured_target(c, target),
-                             ["python", "-m", "kernellab.ops", *argv], gpu=True)
-    if code:
-        raise Exit(code=code)
+    run_job(c, jobs.build_kernels(k, verbose=verbose), locals())

@@ -2,19 +2,30 @@
 container (the image's tools, else the host's Nsight Compute mounted read-only) or natively."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
+from typing import Any
 
-from invoke import Context, Exit
+from .. import jobs
+from ..errors import UsageError
+from ..ncu import SETS
+from ..opspec import KERNELS, find_op
+from ..places import PLACE_HELP
+from ..sanitize import TOOLS
+from . import run_job, task
 
-from .. import ROOT, nvtools, proc, pythonpath
-from ..errors import KernellabError
-from ..opspec import KERNELS
-from . import ENGINE_HELP, GPU_MODE_HELP, configured_target, gpu_choice, task
+_OP = "its name, or an expression matching one op (like pytest -k)"
+_KERNELS = "another kernels folder (for a container: one inside the repository)"
+
+
+def _one_op(k: str | None, kernels: str | None, task_name: str) -> str:
+    """The op -k selects, answered before a container starts (a typo, or several matches, is one sentence)."""
+    if not k:
+        raise UsageError(f"name the op: `invoke {task_name} -k OP`.")
+    return find_op(Path(kernels).resolve() if kernels else KERNELS, k).name
 
 
 @task(iterable=["impl"], help={
-    "k": "the op to profile (a folder under kernels/)",
+    **PLACE_HELP, "k": f"the op to profile: {_OP}", "kernels": _KERNELS,
     "shape": "an index into the op's bench shapes, or k=v,k=v (default: the first bench shape)",
     "dtype": "the dtype (default: the op's first bench dtype)",
     "impl": "only this candidate or baseline (repeatable; default: all of them)",
@@ -22,75 +33,28 @@ from . import ENGINE_HELP, GPU_MODE_HELP, configured_target, gpu_choice, task
     "kernel": "only kernels whose function name matches this regular expression",
     "trace": "a torch.profiler trace (Chrome trace JSON) per implementation instead: needs no counters",
     "out": "the run's folder (default results/<date>-<time>-<gpu>); reports go to its profile/",
-    "native": "profile with this Python's torch and this machine's ncu, without a container",
-    "target": "image target to profile in (default: kernellab.target in invoke.yaml, else this machine's)",
-    "kernels": "another kernels folder (for a container: one inside the repository)",
-    "gpu_mode": GPU_MODE_HELP,
-    "engine": ENGINE_HELP,
 })
-def profile(c: Context, k: str | None = None, shape: str | None = None, dtype: str | None = None,
+def profile(c: Any, k: str | None = None, shape: str | None = None, dtype: str | None = None,
             impl: list[str] | None = None, set: str = "basic", kernel: str | None = None, trace: bool = False,
-            out: str | None = None, native: bool = False, target: str | None = None, kernels: str | None = None,
-            gpu_mode: str | None = None, engine: str | None = None) -> None:
+            out: str | None = None, kernels: str | None = None, native: bool = False, target: str | None = None,
+            image: str | None = None, engine: str | None = None, gpu_mode: str | None = None,
+            gpu_index: str | None = None, on: str | None = None, gpus: str | None = None,
+            profile: str | None = None, resume: str | None = None, dry_run: bool = False) -> None:
     """Nsight Compute on the launches the benchmark times: candidate and baselines side by side."""
-    from ..profile import SETS
-
-    if not k:
-        raise KernellabError("name the op to profile: `invoke profile -k OP`.")
     if set not in SETS:
-        raise KernellabError(f"unknown --set {set!r}; use one of {', '.join(SETS)}.")
-    argv = ["-k", k, "--set", set, *(["--shape", shape] if shape else []), *(["--dtype", dtype] if dtype else []),
-            *[a for i in impl or [] for a in ("--impl", i)], *(["--kernel", kernel] if kernel else []),
-            *(["--trace"] if trace else [])]
-    _run(c, "kernellab.profile", argv, k, out=out, native=native, target=target, kernels=kernels,
-         gpu_mode=gpu_mode, mount_ncu=not trace)
+        raise UsageError(f"unknown --set {set!r}; use one of {', '.join(SETS)}.")
+    job = jobs.profile(_one_op(k, kernels, "profile"), set=set, shape=shape, dtype=dtype, impl=impl, kernel=kernel,
+                       trace=trace, out=out, kernels=kernels)
+    run_job(c, job, locals())
 
 
-@task(help={
-    "k": "the op whose checks run under compute-sanitizer (a folder under kernels/)",
-    "tool": "memcheck, racecheck, initcheck, synccheck, or all",
-    "native": "run with this Python's torch and this machine's compute-sanitizer, without a container",
-    "target": "image target to run in (default: kernellab.target in invoke.yaml, else this machine's)",
-    "kernels": "another kernels folder (for a container: one inside the repository)",
-    "gpu_mode": GPU_MODE_HELP,
-    "engine": ENGINE_HELP,
-})
-def sanitize(c: Context, k: str | None = None, tool: str = "memcheck", native: bool = False, target: str | None = None,
-             kernels: str | None = None, gpu_mode: str | None = None, engine: str | None = None) -> None:
+@task(help={**PLACE_HELP, "k": f"the op whose checks run under compute-sanitizer: {_OP}", "kernels": _KERNELS,
+            "tool": "memcheck, racecheck, initcheck, synccheck, or all"})
+def sanitize(c: Any, k: str | None = None, tool: str = "memcheck", kernels: str | None = None, native: bool = False,
+             target: str | None = None, image: str | None = None, engine: str | None = None,
+             gpu_mode: str | None = None, gpu_index: str | None = None, on: str | None = None, gpus: str | None = None,
+             profile: str | None = None, resume: str | None = None, dry_run: bool = False) -> None:
     """An op's checks under compute-sanitizer: each error with kernel, file:line and test case."""
-    from ..sanitize import TOOLS
-
-    if not k:
-        raise KernellabError("name the op to check: `invoke sanitize -k OP`.")
     if tool not in (*TOOLS, "all"):
-        raise KernellabError(f"unknown --tool {tool!r}; use one of {', '.join(TOOLS)} or all.")
-    _run(c, "kernellab.sanitize", ["-k", k, "--tool", tool], k, native=native, target=target, kernels=kernels,
-         gpu_mode=gpu_mode, mount_ncu=False)
-
-
-def _run(c: Context, module: str, argv: list[str], op: str, *, out: str | None = None, native: bool,
-         target: str | None, kernels: str | None, gpu_mode: str | None, mount_ncu: bool) -> None:
-    from ..watch import find_op
-
-    root = Path(kernels).resolve() if kernels else KERNELS
-    find_op(root, op)  # a typo is answered here, before a container starts
-    if native:
-        argv += [*(["--kernels", str(root)] if kernels else []), *(["--out", str(Path(out).resolve())] if out else [])]
-        code = proc.call([sys.executable, "-m", module, *argv], cwd=ROOT, env={"PYTHONPATH": pythonpath()})
-    else:
-        from .. import containers
-
-        for name, value in (("--kernels", kernels and root), ("--out", out and Path(out).resolve())):
-            if value:
-                if not Path(value).is_relative_to(ROOT):
-                    raise KernellabError(f"{value} is outside the repository, which is all the container sees; "
-                                         "move it under the repository or use --native.")
-                argv += [name, f"{containers.WORKSPACE}/{Path(value).relative_to(ROOT)}"]
-        mounts: list[str] = []
-        host_ncu = nvtools.find("ncu") if mount_ncu else None
-        if host_ncu is not None:  # used only when the image has no ncu of its own
-            mounts.append(f"{nvtools.install_folder(host_ncu)}:{nvtools.HOST_NCU}:ro")
-        code = containers.run_in_target(configured_target(c, target), ["python", "-m", module, *argv],
-                                        gpu=gpu_choice(gpu_mode), mounts=mounts)
-    if code:
-        raise Exit(code=code)
+        raise UsageError(f"unknown --tool {tool!r}; use one of {', '.join(TOOLS)} or all.")
+    run_job(c, jobs.sanitize(_one_op(k, kernels, "sanitize"), tool=tool, kernels=kernels), locals())

@@ -5,8 +5,9 @@ from pathlib import Path
 
 from invoke import Context, Exit
 
+from ..containers import gpu_choice
 from ..errors import RecipeError
-from . import ENGINE_HELP, GPU_MODE_HELP, gpu_choice, task
+from . import ENGINE_HELP, GPU_MODE_HELP, task
 from .cluster import CLUSTER_HELP
 
 VERBS = ("check", "build", "run", "shell", "export")

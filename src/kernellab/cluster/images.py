@@ -24,7 +24,7 @@ from pathlib import Path
 
 from .. import doctor, proc, targets
 from ..engine import Engine
-from ..errors import ClusterError, CommandError, KernellabError
+from ..errors import ClusterError, ClusterUsageError, CommandError, KernellabError
 from .profile import Profile
 
 #: Mount points the runtimes bind into; a directory image must have them (ch-run cannot create them).
@@ -102,7 +102,7 @@ def check_archs(prepared: Prepared, gpu_types: list[str]) -> list[str]:
             continue
         finding = doctor.arch_finding([known.cc], prepared.arch_list)
         if finding.severity == doctor.FAIL:
-            raise ClusterError(f"{prepared.ref} cannot run on {g}: {finding.message}; "
+            raise ClusterUsageError(f"{prepared.ref} cannot run on {g}: {finding.message}; "
                                f"{finding.remedy}; nothing was submitted.")
     return notes
 

@@ -83,12 +83,18 @@ def _engine_run(plan: Plan, task: Task, cache: Path, status: dict[str, Any]) -> 
     eng = engine.by_name(plan.runtime)
     ensure_loaded(eng, plan.image)
     os.environ["KERNELLAB_CACHE"] = str(cache)
-    # The profile's mode, else the best this node's engine offers: recorded, since it decides which GPUs
-    # the container sees.
-    mode = plan.gpu_mode or containers.best_gpu_mode(eng) or "none"
+    mode = gpu_mode(plan, eng)
     status["gpu_mode"] = mode
-    gpu: bool | str = False if mode == "none" else mode
-    return containers.run(plan.image["id"], task.argv, gpu=gpu, env=task.env, repo=plan.workspace, engine=eng)
+    return containers.run(plan.image["id"], task.argv, gpu=False if mode == "none" else mode, env=task.env,
+                          repo=plan.workspace, engine=eng)
+
+
+def gpu_mode(plan: Plan, eng: Any) -> str:
+    """The profile's GPU mode, else the best this node's engine offers, else "none": recorded in the task's
+    status, since it decides which GPUs the container sees."""
+    from .. import containers
+
+    return plan.gpu_mode or containers.best_gpu_mode(eng) or "none"
 
 
 def ensure_loaded(eng: Any, image: Mapping[str, Any]) -> None:

@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from .. import ROOT
-from ..errors import ClusterError
+from .. import ROOT, jobs
+from ..errors import ClusterError, ClusterUsageError
 
 #: Variables a task must not inherit from the submitting shell (they name this machine's folders).
 _LOCAL_ONLY = ("KERNELLAB_CACHE", "KERNELLAB_IMAGE_ID", "KERNELLAB_ENGINE", "KERNELLAB_CLUSTER")
@@ -114,17 +114,17 @@ def task_argv(kind: str, run: str, gpu: str, name: str, *, select: str = "", qui
     env = {"KERNELLAB_RUN": run, "KERNELLAB_GPU_TYPE": gpu, "KERNELLAB_RESULTS": out}
     if kind == "test":
         env["KERNELLAB_OPS"] = select
-        return (["python", "-m", "pytest", "tests/test_kernels.py", "-q", "-rs", "-p", "no:cacheprovider",
-                 f"--junitxml={out}/junit.xml"], env)
+        return list(jobs.test(junit=out + "/junit.xml").argv), env
     if kind == "bench":
-        return ["python", "-m", "kernellab.bench", "-k", select, "--out", out, *(["--quick"] if quick else [])], env
+        job = jobs.bench(select, quick=quick, out=str(ROOT / out))
+        return list(job.with_paths(lambda p: p.relative_to(ROOT).as_posix())), env
     if kind == "recipe":  # command: the recipe's name (and --quick); the task runs one experiment
         return ["python3", "-m", "kernellab.recipes.task", *command, name, "--out", out], env
     if kind == "submit":
         if not command:
-            raise ClusterError("`invoke submit` needs a command after `--`, e.g. `invoke submit -- python my_bench.py`.")
+            raise ClusterUsageError("`invoke submit` needs a command after `--`, e.g. `invoke submit -- python my_bench.py`.")
         return list(command), env
-    raise ClusterError(f"unknown run kind {kind!r}; use one of {', '.join(KINDS)}.")
+    raise ClusterUsageError(f"unknown run kind {kind!r}; use one of {', '.join(KINDS)}.")
 
 
 def passed_env() -> dict[str, str]:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import IO, Any, Iterator, Sequence
 
 from .. import proc
-from ..errors import EngineError, KernellabError
+from ..errors import EngineError, UsageError
 
 
 @dataclass(frozen=True)
@@ -220,7 +220,7 @@ class Engine:
         """Flags and environment that attach the GPUs in `mode` (see kernellab.gpu.MODES): the host
         indices gpus, or every GPU for None (in devices mode, `nodes` are already the chosen ones)."""
         if mode not in self.gpu_modes:
-            raise KernellabError(f"the {self.name} engine cannot attach GPUs in mode `{mode}`; use one of "
+            raise UsageError(f"the {self.name} engine cannot attach GPUs in mode `{mode}`; use one of "
                                  f"{', '.join(self.gpu_modes)} (`invoke doctor` shows which work here).")
         if gpus is not None and not gpus:
             raise ValueError("no GPU selected: run the container without a GPU mode instead")

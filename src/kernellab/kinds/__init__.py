@@ -6,7 +6,7 @@ here, one `register` line below and one template.
 """
 from __future__ import annotations
 
-from ..errors import KernellabError, ResolveError
+from ..errors import ResolveError, UsageError
 from . import base_image, cuda_debian, cuda_image, cuda_pip, debootstrap_cpu
 from .base import BaseStatus, Kind, Request
 from .choose import did_you_mean
@@ -36,7 +36,7 @@ def get(name: str) -> Kind:
     try:
         return REGISTRY[name]
     except KeyError:
-        raise KernellabError(f"unknown image kind `{name}`{did_you_mean(name, REGISTRY)}; known kinds: "
+        raise UsageError(f"unknown image kind `{name}`{did_you_mean(name, REGISTRY)}; known kinds: "
                              f"{', '.join(REGISTRY)}.") from None
 
 

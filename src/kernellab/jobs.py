@@ -1,0 +1,120 @@
+"""What runs: a Job is a command line as data, built by one small function per run task.
+
+A job says what to run (argv, run from the repository root), which of its argv items are paths in the
+repository (a container sees the repository at /workspace, so a place maps them), whether it needs a GPU
+and a terminal, and, for the cluster, its kind and op selection. Where it runs is kernellab.places' job;
+the task layer is flags -> job -> place. kernellab.cluster.plan builds its tasks' command lines from these
+same functions, so the kernel tests' pytest command line and the modules' flags are written once.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping
+
+from . import ROOT
+
+#: The kernel tests, as `invoke test` runs them everywhere (here, in a container, on a cluster node).
+KERNEL_TESTS = ("tests/test_kernels.py",)
+
+
+@dataclass(frozen=True)
+class Job:
+    kind: str                                # test, bench, build-kernels, watch, profile, sanitize, shell
+    argv: tuple[str, ...]                    # run from the repository root; "python" is the place's Python
+    paths: frozenset[int] = frozenset()      # indices of argv items that are repository paths
+    gpu: bool = True                         # needs a GPU where there is one
+    interactive: bool = False                # needs this terminal (stdin, a tty)
+    select: str | None = None                # -k, for a cluster's one-task-per-op split
+    quick: bool = False
+    env: Mapping[str, str] = field(default_factory=dict)
+    tools: tuple[str, ...] = ()              # host tools a container may borrow when its image lacks them (ncu)
+    results: str | None = None               # the flag naming the folder it writes (a cluster task sets it)
+
+    def with_paths(self, mapper: Callable[[Path], str]) -> tuple[str, ...]:
+        """argv with each repository path passed through mapper."""
+        return tuple(mapper(Path(a)) if i in self.paths else a for i, a in enumerate(self.argv))
+
+
+def _build(kind: str, head: list[str], *flags: tuple[str, str | Path | bool | None], **job: object) -> Job:
+    """A job from a command head and (flag, value) pairs: None/False left out, True a bare flag, a Path
+    a repository path the place maps."""
+    argv, paths = list(head), set()
+    for flag, value in flags:
+        if value is None or value is False:
+            continue
+        argv.append(flag)
+        if isinstance(value, Path):
+            paths.add(len(argv))
+            argv.append(str(value))
+        elif value is not True:
+            argv.append(str(value))
+    return Job(kind, tuple(argv), frozenset(paths), **job)  # type: ignore[arg-type]
+
+
+def _path(value: str | None) -> Path | None:
+    return Path(value).resolve() if value else None
+
+
+def test(k: str | None = None, *, suite: str = "kernels", junit: str | None = None) -> Job:
+    """The kernel tests (suite "all": the whole tests/), checked against PyTorch."""
+    paths = list(KERNEL_TESTS) if suite == "kernels" else ["tests"]
+    return _build("test", ["python", "-m", "pytest", *paths, "-q", "-rs", "-p", "no:cacheprovider"], ("-k", k),
+                  ("--junitxml", junit), select=k)
+
+
+def bench(k: str | None = None, *, quick: bool = False, compare: str | None = None, out: str | None = None) -> Job:
+    return _build("bench", ["python", "-m", "kernellab.bench"], ("-k", k), ("--quick", quick),
+                  ("--compare", _run_folder(compare)), ("--out", _path(out)), select=k, quick=quick,
+                  results="--out")
+
+
+def build_kernels(k: str | None = None, *, verbose: bool = False) -> Job:
+    return _build("build-kernels", ["python", "-m", "kernellab.ops", "build"], ("-k", k), ("--verbose", verbose),
+                  select=k)
+
+
+def watch(op: str, *, bench: bool = False, kernels: str | None = None) -> Job:
+    tty = sys.stdin.isatty() and sys.stdout.isatty()  # a cleared screen per round, Ctrl-C through it
+    return _build("watch", ["python", "-m", "kernellab.watch", "-k", op], ("--bench", bench),
+                  ("--kernels", _path(kernels)), interactive=tty, select=op)
+
+
+def profile(op: str, *, set: str = "basic", shape: str | None = None, dtype: str | None = None,
+            impl: list[str] | None = None, kernel: str | None = None, trace: bool = False,
+            out: str | None = None, kernels: str | None = None) -> Job:
+    return _build("profile", ["python", "-m", "kernellab.profile", "-k", op, "--set", set], ("--shape", shape),
+                  ("--dtype", dtype), *[("--impl", i) for i in impl or []], ("--kernel", kernel), ("--trace", trace),
+                  ("--out", _path(out)), ("--kernels", _path(kernels)), select=op,
+                  tools=() if trace else ("ncu",), results="--out")
+
+
+def sanitize(op: str, *, tool: str = "memcheck", kernels: str | None = None) -> Job:
+    return _build("sanitize", ["python", "-m", "kernellab.sanitize", "-k", op, "--tool", tool],
+                  ("--kernels", _path(kernels)), select=op)
+
+
+def shell(cmd: str | None = None) -> Job:
+    """bash, or --cmd as one bash command line (`cd build && make` works).
+
+    --cmd goes to bash whole, as with `docker run IMAGE sh -c CMD`, so operators, pipes, quotes and
+    variables mean what they mean in a shell. Not a login shell (-l): Debian's /etc/profile resets PATH
+    and would hide the image's /opt/venv/bin and CUDA bin, which the image puts on PATH through ENV.
+    """
+    return Job("shell", ("bash", "-c", cmd) if cmd else ("bash",), interactive=cmd is None)
+
+
+def submit(command: str) -> Job:
+    """Any command line, run with bash -c from the repository (`invoke submit -- CMD`)."""
+    return Job("submit", ("bash", "-c", command))
+
+
+def _run_folder(name: str | None) -> Path | None:
+    """--compare's run: a path, or a bare run name under results/."""
+    if not name:
+        return None
+    path = Path(name).resolve()
+    if not path.exists() and (ROOT / "results" / name).exists():
+        path = (ROOT / "results" / name).resolve()
+    return path

@@ -1,0 +1,151 @@
+"""Where a job runs: this machine (Native), a target's container (Container), or a cluster (Cluster).
+
+Every run task takes the same place flags (PLACE_HELP) and hands them to choose(), which returns one
+place; `place.run(job)` returns the job's exit code. Repository paths in a job's argv are mapped here,
+in one place: as they are natively, under /workspace in a container, and refused when a container
+cannot see them. A test hands its own place through invoke's config (`kernellab.place`), so no test
+patches how a task starts a container.
+"""
+from __future__ import annotations
+
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, Sequence
+
+from . import ROOT, containers, gpu, images, nvtools, proc, pythonpath
+from .cluster import profile as profiles
+from .cluster import runs
+from .errors import ClusterUsageError, UsageError
+from .jobs import Job
+
+#: One help text per place flag, shared by every run task.
+PLACE_HELP = {
+    "native": "run on this machine with this Python, without a container",
+    "target": "image target to run in (default: kernellab.target in invoke.yaml, else this machine's)",
+    "image": "run in this image instead of a target's",
+    "engine": "container engine: docker or podman (default: invoke config kernellab.engine, KERNELLAB_ENGINE, "
+              "else the first that answers)",
+    "gpu_mode": "how the container gets the GPU: nvidia, cdi, devices, or none (default: the best doctor finds)",
+    "gpu_index": "host GPU index (or N,M) to use, as nvidia-smi numbers them (default: Slurm's GPUs or "
+                 "CUDA_VISIBLE_DEVICES where set, else all)",
+    "on": "run on a cluster: slurm (the profile, cluster.toml, says how; docs/cluster.md)",
+    "gpus": "GPU types from the profile, comma-separated (default: every type it names)",
+    "profile": "the cluster profile (default: invoke config kernellab.cluster, $KERNELLAB_CLUSTER, ./cluster.toml)",
+    "dry_run": "print the batch scripts (or Kubernetes Jobs) and submit nothing",
+    "resume": "an earlier cluster run (results/<run>): submit only its tasks that left no results",
+}
+
+
+class Place(Protocol):
+    def run(self, job: Job) -> int: ...
+
+
+@dataclass(frozen=True)
+class Native:
+    """This machine, this Python; --gpu-index shows the job only those GPUs (by UUID)."""
+
+    gpu_index: str | None = None
+
+    def run(self, job: Job) -> int:
+        argv = list(job.with_paths(str))
+        if argv[0] == "python":
+            argv[0] = sys.executable
+        env = {"PYTHONPATH": pythonpath(), **job.env}
+        if self.gpu_index is not None:
+            env["CUDA_VISIBLE_DEVICES"] = gpu.visible_devices(self.gpu_index)
+        return proc.call(argv, cwd=ROOT, env=env)
+
+
+@dataclass(frozen=True)
+class Container:
+    """A container of `image`: the repository at /workspace, the caller's UID, the GPU as gpu_mode says."""
+
+    image: str
+    gpu_mode: bool | str = True
+    gpu_index: str | None = None
+
+    def run(self, job: Job) -> int:
+        mounts: list[str] = []
+        if "ncu" in job.tools and (host := nvtools.find("ncu")) is not None:  # used only when the image has none
+            mounts.append(f"{nvtools.install_folder(host)}:{nvtools.HOST_NCU}:ro")
+        return containers.run(self.image, list(job.with_paths(in_workspace)), gpu=self.gpu_mode if job.gpu else False,
+                              interactive=job.interactive, gpu_index=self.gpu_index, mounts=mounts,
+                              env=dict(job.env) or None)
+
+
+def in_workspace(path: Path) -> str:
+    """A repository path as a container sees it; UsageError for one outside the repository."""
+    if not path.is_relative_to(ROOT):
+        raise UsageError(f"{path} is outside the repository, which is all the container sees; "
+                         "move it under the repository or use --native.")
+    return f"{containers.WORKSPACE}/{path.relative_to(ROOT)}" if path != ROOT else containers.WORKSPACE
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The cluster a profile describes: one task per op (test, bench) or one per GPU type, then one report."""
+
+    target: str | None = None
+    gpus: str | None = None
+    profile: str | None = None
+    configured: str | None = None     # invoke config kernellab.cluster
+    resume: str | None = None
+    dry_run: bool = False
+    argv: Sequence[str] = field(default_factory=list)
+    tasks: int = 1                    # submit: tasks per GPU type
+
+    def run(self, job: Job) -> int:
+        if job.interactive:
+            raise ClusterUsageError(f"`invoke {job.kind}` needs this terminal; it runs here (--native) or in a container, "
+                               "not on a cluster.")
+        prof = profiles.load(profiles.find(self.profile, self.configured))
+        if self.resume:
+            runs.resume(self.resume, prof)
+            return 0
+        command: tuple[str, ...] = ()
+        if job.kind in ("test", "bench"):  # one task per op and GPU type, from the same job functions
+            kind = job.kind
+        else:
+            kind, command = "submit", job.argv if job.kind == "submit" else cluster_command(job)
+        runs.start(runs.Request(kind=kind, gpus=self.gpus, select=job.select, quick=job.quick, command=command,
+                                tasks=self.tasks, target=self.target, dry_run=self.dry_run, argv=list(self.argv)),
+                   prof)
+        return 0
+
+
+def cluster_command(job: Job) -> tuple[str, ...]:
+    """A job as one task per GPU type runs it (from /workspace), writing its results where the task gathers them."""
+    argv = [in_workspace(Path(a)).removeprefix(containers.WORKSPACE + "/") if i in job.paths else a
+            for i, a in enumerate(job.argv)]
+    line = shlex.join(argv)
+    if job.results and job.results not in argv:
+        line += f' {job.results} "$KERNELLAB_RESULTS"'
+    return ("bash", "-c", line)
+
+
+def choose(c: Any, *, native: bool = False, target: str | None = None, image: str | None = None,
+           gpu_mode: str | None = None, gpu_index: str | None = None, on: str | None = None, gpus: str | None = None,
+           profile: str | None = None, resume: str | None = None, dry_run: bool = False, **_: Any) -> Place:
+    """The place the flags name (a test's own place when invoke's config has `kernellab.place`)."""
+    config = c.config.get("kernellab", {})
+    if config.get("place") is not None:
+        return config["place"]
+    target = target or config.get("target")
+    if on or resume:
+        if on not in (None, "slurm"):
+            raise ClusterUsageError(f"--on {on}: kernellab submits to slurm (Kubernetes users: `scheduler = "
+                               "\"kubernetes\"` in the profile and --dry-run).")
+        if native or image:
+            raise UsageError(f"--{'native' if native else 'image'} is for this machine; a cluster run uses the "
+                             "target's image (--target), converted for the cluster's runtime.")
+        return Cluster(target=target, gpus=gpus, profile=profile, configured=config.get("cluster"), resume=resume,
+                       dry_run=dry_run, argv=list(sys.argv))
+    if gpus or profile or dry_run:
+        raise UsageError("--gpus, --profile and --dry-run are for cluster runs; add --on slurm.")
+    if native:
+        if image or gpu_mode:
+            raise UsageError(f"--{'image' if image else 'gpu-mode'} is for a container; --native runs in this Python.")
+        return Native(gpu_index)
+    return Container(image or images.image_for_target(target), containers.gpu_choice(gpu_mode), gpu_index)

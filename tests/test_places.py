@@ -1,0 +1,87 @@
+"""The run seam: every run task takes the same place flags, and the flags pick one place.
+
+Jobs are data (kernellab.jobs); places run them (kernellab.places). The container path is proven by the
+docker and GPU tests, which run real containers; here: which place the flags choose, how a job's paths
+reach each place, and a real native run.
+"""
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from kernellab import ROOT, jobs, places
+from kernellab.cli import collection
+from kernellab.cluster.plan import task_argv
+from kernellab.errors import ClusterError, UsageError
+from places_fixtures import context
+
+RUN_TASKS = ("shell", "test", "bench", "build-kernels", "watch", "profile", "sanitize")
+
+
+def test_every_run_task_takes_the_same_place_flags_with_one_help_each() -> None:
+    ns = collection()
+    want = {name.replace("_", "-") for name in places.PLACE_HELP}
+    for name in RUN_TASKS:
+        helps = {a.name.replace("_", "-"): a.help for a in ns[name].get_arguments()}
+        assert want <= set(helps), f"{name} lacks {sorted(want - set(helps))}"
+        for flag, text in places.PLACE_HELP.items():
+            assert helps[flag.replace("_", "-")] == text, f"{name} --{flag}"
+
+
+def test_the_flags_choose_one_place() -> None:
+    c = context()
+    assert places.choose(c, native=True, gpu_index="1") == places.Native("1")
+    assert places.choose(c, image="img:1") == places.Container("img:1", True, None)
+    assert places.choose(c, image="img:1", gpu_mode="none", gpu_index=None) == places.Container("img:1", False)
+    assert places.choose(c, image="img:1", gpu_mode="cdi", gpu_index="0,1") == places.Container("img:1", "cdi", "0,1")
+    cluster = places.choose(context(target="cu130-pip"), on="slurm", gpus="h100", dry_run=True)
+    assert isinstance(cluster, places.Cluster) and cluster.target == "cu130-pip" and cluster.gpus == "h100"
+    assert isinstance(places.choose(c, resume="results/x"), places.Cluster)
+
+
+@pytest.mark.parametrize("flags, message", [
+    ({"native": True, "image": "img:1"}, "--image is for a container; --native runs in this Python"),
+    ({"native": True, "gpu_mode": "none"}, "--gpu-mode is for a container"),
+    ({"on": "slurm", "native": True}, "--native is for this machine; a cluster run uses the target's image"),
+    ({"gpus": "h100"}, "--gpus, --profile and --dry-run are for cluster runs; add --on slurm"),
+    ({"on": "pbs"}, "--on pbs: kernellab submits to slurm"),
+])
+def test_flags_that_do_not_go_together_are_one_sentence_and_exit_2(flags: dict, message: str) -> None:
+    with pytest.raises((UsageError, ClusterError), match=message) as e:
+        places.choose(context(), **flags)
+    assert e.value.exit_code == 2
+
+
+def test_a_native_job_runs_in_this_python_from_the_repository_with_its_variables() -> None:
+    job = jobs.Job("x", ("python", "-c", "import os, sys; sys.exit(int(os.environ['KL_X']) + "
+                                          "(os.getcwd() == os.environ['KL_ROOT']) + (sys.executable == os.environ['KL_PY']))"),
+                   env={"KL_X": "3", "KL_ROOT": str(ROOT), "KL_PY": sys.executable})
+    assert places.Native().run(job) == 5
+
+
+def test_repository_paths_map_to_workspace_and_others_are_refused(tmp_path) -> None:
+    job = jobs.profile("softmax", out=str(ROOT / "results" / "p"), kernels=str(ROOT / "kernels"))
+    mapped = job.with_paths(places.in_workspace)
+    assert mapped[mapped.index("--out") + 1] == "/workspace/results/p"
+    assert mapped[mapped.index("--kernels") + 1] == "/workspace/kernels"
+    with pytest.raises(UsageError, match=f"{tmp_path} is outside the repository, which is all the container sees"):
+        jobs.sanitize("softmax", kernels=str(tmp_path)).with_paths(places.in_workspace)
+
+
+def test_on_a_cluster_a_job_writes_where_its_task_gathers() -> None:
+    assert places.cluster_command(jobs.profile("softmax")) == (
+        "bash", "-c", 'python -m kernellab.profile -k softmax --set basic --out "$KERNELLAB_RESULTS"')
+    assert places.cluster_command(jobs.sanitize("relu_oob", tool="racecheck")) == (
+        "bash", "-c", "python -m kernellab.sanitize -k relu_oob --tool racecheck")
+    with pytest.raises(ClusterError, match="`invoke watch` needs this terminal") as e:
+        places.Cluster().run(jobs.Job("watch", ("python",), interactive=True))
+    assert e.value.exit_code == 2
+
+
+def test_a_cluster_task_runs_the_same_command_lines_as_the_tasks() -> None:
+    argv, env = task_argv("test", "r1", "h100", "softmax", select="softmax")
+    assert argv == [*jobs.test().argv, "--junitxml", "results/r1/h100/softmax/junit.xml"]
+    assert env["KERNELLAB_OPS"] == "softmax"
+    argv, _ = task_argv("bench", "r1", "h100", "softmax", select="softmax", quick=True)
+    assert argv == ["python", "-m", "kernellab.bench", "-k", "softmax", "--quick", "--out", "results/r1/h100/softmax"]
