@@ -22,7 +22,8 @@ from kernellab import containers, devenv, engine, gpu, images, proc, render, tar
 from kernellab.cli import devenv as devenv_tasks
 from kernellab.engine import podman as podman_module
 from kernellab.errors import ConfigError, KernellabError, ResolveError
-from kernellab.resolve import BaseFacts, resolve
+from kernellab.resolve import resolve
+from kernellab.spec import BaseFacts
 from kernellab.targets import Target
 
 ROOT = Path(__file__).resolve().parents[1]

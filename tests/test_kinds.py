@@ -12,7 +12,8 @@ from kernellab import images, kinds, network, render, targets
 from kernellab.cli import images as image_tasks
 from kernellab.errors import ConfigError, ResolveError
 from kernellab.kinds import Kind, Request, choose, debootstrap_cpu, torch_index
-from kernellab.resolve import BaseFacts, Spec, resolve
+from kernellab.resolve import resolve
+from kernellab.spec import BaseFacts, Spec
 from kernellab.targets import Matrix, Target
 
 ROOT = Path(__file__).resolve().parents[1]

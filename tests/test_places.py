@@ -85,3 +85,11 @@ def test_a_cluster_task_runs_the_same_command_lines_as_the_tasks() -> None:
     assert env["KERNELLAB_OPS"] == "softmax"
     argv, _ = task_argv("bench", "r1", "h100", "softmax", select="softmax", quick=True)
     assert argv == ["python", "-m", "kernellab.bench", "-k", "softmax", "--quick", "--out", "results/r1/h100/softmax"]
+
+
+def test_flags_are_long_and_mean_the_same_in_every_task() -> None:
+    ns = collection()
+    for name in ns.task_names:
+        for arg in (a for a in ns[name].get_arguments() if not a.positional):
+            assert all(n for n in arg.names), f"{name}: a flag without a name ({arg.names})"
+            assert all(len(n) > 1 for n in arg.names if n != "k"), f"{name}: a short flag {arg.names}"

@@ -12,7 +12,8 @@ import pytest
 from kernellab import kinds, render, targets
 from kernellab.cli.images import write_rendered
 from kernellab.errors import ResolveError
-from kernellab.resolve import BaseFacts, resolve
+from kernellab.resolve import resolve
+from kernellab.spec import BaseFacts
 from kernellab.targets import BaseImage
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 
 from fake_engine import fake, image
-from kernellab import containers, doctor, gpu, images, network
+from kernellab import compat, containers, doctor, gpu, images, network
 from kernellab.errors import KernellabError
 
 IMG = {"img:1": image("sha256:feed", env=["PATH=/opt/venv/bin:/usr/bin", "LD_LIBRARY_PATH=/usr/local/cuda/lib64"])}
@@ -173,7 +173,7 @@ def test_ca_certificates_must_be_pem(tmp_path):
 
 @pytest.mark.parametrize("driver,severity", [("580.159.04", "ok"), ("570.10", "warn"), ("470.1", "fail")])
 def test_driver_check_against_cuda_13(driver, severity):
-    assert doctor.driver_finding(driver, "13.0", "580.95.05", "525.60.13").severity == severity
+    assert compat.driver_finding(driver, "13.0", "580.95.05", "525.60.13").severity == severity
 
 
 @pytest.mark.parametrize("ccs,arch_list,severity", [
@@ -181,7 +181,7 @@ def test_driver_check_against_cuda_13(driver, severity):
     (["7.0"], "8.0;9.0+PTX", "fail"), (["9.0", "10.0"], "8.0;9.0", "fail"),
 ])
 def test_arch_coverage(ccs, arch_list, severity):
-    assert doctor.arch_finding(ccs, arch_list).severity == severity
+    assert compat.arch_finding(ccs, arch_list).severity == severity
 
 
 def test_doctor_checks_are_ordered_and_each_has_a_name():

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from kernellab import engine, proc, transfer
+from kernellab import compat, engine, proc, transfer
 from kernellab.errors import EngineError, TransferError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,19 +73,19 @@ def _fingerprint(driver, *ccs):
 
 def test_check_target_accepts_a_suitable_machine():
     assert [f for f in transfer.check_target(LABELS, _fingerprint("580.159.04", "9.0", "8.0"))
-            if f.severity == "warning"] == []
+            if f.severity == compat.WARN] == []
 
 
 def test_check_target_warns_about_old_driver_and_uncovered_gpu():
     findings = transfer.check_target(LABELS, _fingerprint("535.104.05", "9.0", "12.0"))
-    warnings = [f.message for f in findings if f.severity == "warning"]
+    warnings = [f.message for f in findings if f.severity == compat.WARN]
     assert len(warnings) == 2
     assert "535.104.05 is older than 550.54.14" in warnings[0]
     assert "GPU 1" in warnings[1] and "12.0" in warnings[1]
 
 
 def test_check_target_warns_when_there_is_no_driver():
-    warnings = [f.message for f in transfer.check_target(LABELS, _fingerprint(None)) if f.severity == "warning"]
+    warnings = [f.message for f in transfer.check_target(LABELS, _fingerprint(None)) if f.severity == compat.WARN]
     assert warnings and "no NVIDIA driver" in warnings[0]
 
 
@@ -343,9 +343,9 @@ def test_podman_is_not_handed_a_delta_bundle(app_bundle_stub):
 
 def test_check_target_uses_doctors_minor_version_rule():
     # CUDA 12.4 runs on drivers from 525.60.13 through minor-version compatibility (docker/matrix.toml).
-    mvc = [f.message for f in transfer.check_target(LABELS, _fingerprint("530.30.02", "9.0")) if f.severity == "warning"]
+    mvc = [f.message for f in transfer.check_target(LABELS, _fingerprint("530.30.02", "9.0")) if f.severity == compat.WARN]
     assert len(mvc) == 1 and "only through minor-version compatibility" in mvc[0]
-    old = [f.message for f in transfer.check_target(LABELS, _fingerprint("470.57.02", "9.0")) if f.severity == "warning"]
+    old = [f.message for f in transfer.check_target(LABELS, _fingerprint("470.57.02", "9.0")) if f.severity == compat.WARN]
     assert len(old) == 1 and "upgrade the driver there" in old[0]
 
 

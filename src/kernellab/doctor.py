@@ -7,24 +7,14 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any, Callable
 
 from . import __version__, engine, gpu, images, kinds, network, nvtools
+from .compat import FAIL, INFO, OK, WARN, Finding, arch_finding, driver_finding
 from .errors import KernellabError
-from .resolve import Spec, covers
-from .targets import load, vkey
-
-OK, INFO, WARN, FAIL = "ok", "info", "warn", "fail"
-
-
-@dataclass(frozen=True)
-class Finding:
-    name: str
-    severity: str
-    message: str
-    remedy: str = ""
-
+from .spec import Spec
+from .targets import load
 
 Check = Callable[[dict[str, Any]], Finding]
 CHECKS: list[tuple[str, Check]] = []
@@ -116,18 +106,6 @@ def _driver(ctx: dict[str, Any]) -> Finding:
     return driver_finding(gpus[0].driver, spec.cuda, spec.min_driver, ctx.get("mvc_driver"))
 
 
-def driver_finding(driver: str, cuda: str, min_driver: str | None, mvc_driver: str | None) -> Finding:
-    """Compare a driver version with a CUDA toolkit's needs."""
-    if min_driver and vkey(driver) >= vkey(min_driver):
-        return Finding("driver", OK, f"driver {driver} runs CUDA {cuda} (needs {min_driver})")
-    if mvc_driver and vkey(driver) >= vkey(mvc_driver):
-        return Finding("driver", WARN, f"driver {driver} runs CUDA {cuda} only through minor-version compatibility "
-                       f"(full support from {min_driver}); PTX JIT of newer code fails",
-                       "ship SASS for the GPU (the image's arch list does) or update the driver")
-    return Finding("driver", FAIL, f"driver {driver} is too old for CUDA {cuda} (needs {min_driver})",
-                   f"update the driver to {min_driver}+ or choose an older --cuda")
-
-
 @check("arch coverage")
 def _archs(ctx: dict[str, Any]) -> Finding:
     spec: Spec | None = ctx.get("spec")
@@ -135,22 +113,6 @@ def _archs(ctx: dict[str, Any]) -> Finding:
     if not gpus or spec is None:
         return Finding("arch coverage", INFO, "no GPU or no target: nothing to compare")
     return arch_finding([g.compute_capability for g in gpus], spec.arch_list, spec.kind == "cpu")
-
-
-def arch_finding(ccs: list[str], arch_list: str, cpu_only: bool = False) -> Finding:
-    """Whether every GPU capability is covered by an image's TORCH_CUDA_ARCH_LIST.
-
-    The list may be separated by ";" (the variable), spaces or commas (as image labels have it).
-    """
-    if cpu_only:
-        return Finding("arch coverage", WARN, "the target is CPU-only: the GPU will not be used",
-                       "build a GPU target, e.g. `invoke build-image --target cu130-pip`")
-    archs = arch_list.replace(";", " ").replace(",", " ").split()
-    missing = sorted({cc for cc in ccs if not covers(archs, cc)}, key=vkey)
-    if missing:
-        return Finding("arch coverage", FAIL, f"GPU capability {', '.join(missing)} is not in the arch list {arch_list}",
-                       f"rebuild with --gpu for this GPU (e.g. --gpu sm_{missing[0].replace('.', '')})")
-    return Finding("arch coverage", OK, f"every GPU is covered by {arch_list}")
 
 
 @check("gpu in containers")

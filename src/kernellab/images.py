@@ -21,7 +21,8 @@ from .engine import Engine, resolve_engine
 from .errors import BuildError, CommandError, KernellabError, ResolveError
 from .kinds import debootstrap_cpu, torch_index
 from .locks import LOCK_DIR, Mode, lock_digest, lock_path
-from .resolve import BaseFacts, Spec, resolve
+from .resolve import resolve
+from .spec import BaseFacts, Spec
 from .targets import Matrix, load
 
 ENVINFO = Path(__file__).with_name("envinfo.py")

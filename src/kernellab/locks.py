@@ -22,7 +22,7 @@ from typing import IO, Any, Literal
 
 from . import ROOT, debian
 from .errors import BuildError
-from .resolve import Spec
+from .spec import Spec
 from .targets import DOCKER_DIR
 
 LOCK_DIR = DOCKER_DIR / "locks"

@@ -14,7 +14,7 @@ import jinja2
 
 from . import kinds
 from .kinds import torch_index
-from .resolve import Spec
+from .spec import Spec
 from .targets import DOCKER_DIR, Matrix
 
 RENDERED_DIR = DOCKER_DIR / "rendered"

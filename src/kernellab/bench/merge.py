@@ -22,7 +22,7 @@ from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
 from ..errors import BenchError, KernellabError
-from . import results
+from . import report, results
 
 #: What may differ between the parts of one GPU type (each task can land on another node):
 #: a label and the field's path in the environment stamp. GPU clocks are added per key.
@@ -54,7 +54,7 @@ def merge_gpu_type(folder: Path) -> dict[str, Any]:
 def _write_type(folder: Path, parts: Sequence[Part], missing: list[dict[str, str]]) -> dict[str, Any]:
     doc = combine(f"{folder.parent.name}/{folder.name}", parts)
     doc.update(gpu_type=folder.name, missing=missing)
-    results.write_with_plots(folder, doc)
+    report.write(folder, doc)
     return doc
 
 

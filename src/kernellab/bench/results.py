@@ -91,18 +91,6 @@ def _join_raw(file: Path, doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
-def write_with_plots(folder: Path, doc: dict[str, Any]) -> None:
-    """write(), then the plots; without matplotlib the run says so in its warnings instead."""
-    write(folder, doc)
-    try:
-        from . import plots
-
-        plots.write(folder, doc)
-    except ImportError as e:
-        doc["warnings"].append(f"no plots: {e.name} is not installed")
-        write(folder, doc)
-
-
 def load(path: Path) -> dict[str, Any]:
     """A run's results.json, given the file, its folder, or a run name under results/; or a merged run.
 

@@ -17,7 +17,7 @@ from typing import IO, Any, Callable
 
 from .. import ROOT, extensions, progress, tolerances
 from ..errors import BenchError
-from . import clocks, environment, gpu_mutex, results, roofline, stats, timing
+from . import clocks, environment, gpu_mutex, report, results, roofline, stats, timing
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ def run(options: Options, *, catalog: Any = None, log: IO[str] | None = None) ->
         doc["clock_samples"] = clocks.raw(monitor.samples, t0)
     doc["finished"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     doc["warnings"] = _warnings(doc, monitor.errors)
-    results.write_with_plots(folder, doc)
+    report.write(folder, doc)
     return doc, folder
 
 

@@ -47,7 +47,9 @@ def task(*args: Any, **kwargs: Any) -> Any:
             except KeyboardInterrupt:
                 raise Exit("kernellab: interrupted; nothing was tagged or left half-written.", code=130) from None
 
-        return cast(Task, invoke_task(body, **kwargs))  # invoke's task() is typed as returning a Callable
+        # Long flags only (and -k, a one-letter name): invoke's automatic short flags differ from task to task
+        # (-p was --gpu-index in one and --gpu-mode in another) and run out of letters in a task with many flags.
+        return cast(Task, invoke_task(body, **{"auto_shortflags": False, **kwargs}))  # invoke's task() is typed as returning a Callable
 
     if len(args) == 1 and callable(args[0]) and not kwargs:
         return decorate(args[0])

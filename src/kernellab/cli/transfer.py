@@ -6,6 +6,7 @@ from typing import Any
 
 from .. import engine as engines
 from .. import progress, transfer
+from ..compat import WARN
 from . import ENGINE_HELP, task
 
 
@@ -78,10 +79,10 @@ def _check(ref: str, fingerprint_path: str) -> list[str]:
     labels = engines.current().labels(ref)
     findings = transfer.check_target(labels, transfer.load_fingerprint(fingerprint_path))
     for f in findings:
-        print(f"{f.severity}: {f.message}", file=sys.stderr)
+        print(f"{'warning' if f.severity == WARN else f.severity}: {f.message}", file=sys.stderr)
     if not findings:
         print("The receiving machine's driver and GPUs suit this image.", file=sys.stderr)
-    return [f.message for f in findings if f.severity == "warning"]
+    return [f.message for f in findings if f.severity == WARN]
 
 
 @task(

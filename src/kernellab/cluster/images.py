@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import doctor, proc, targets
+from .. import compat, proc, targets
 from ..engine import Engine
 from ..errors import ClusterError, ClusterUsageError, CommandError, KernellabError
 from .profile import Profile
@@ -100,8 +100,8 @@ def check_archs(prepared: Prepared, gpu_types: list[str]) -> list[str]:
         if known is None:
             notes.append(f"GPU type {g} is not in docker/matrix.toml: its arch coverage is not checked")
             continue
-        finding = doctor.arch_finding([known.cc], prepared.arch_list)
-        if finding.severity == doctor.FAIL:
+        finding = compat.arch_finding([known.cc], prepared.arch_list)
+        if finding.severity == compat.FAIL:
             raise ClusterUsageError(f"{prepared.ref} cannot run on {g}: {finding.message}; "
                                f"{finding.remedy}; nothing was submitted.")
     return notes

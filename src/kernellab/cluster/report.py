@@ -13,7 +13,7 @@ import json
 import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import IO, NoReturn, Sequence
+from typing import IO, Any, Callable, NoReturn, Sequence
 
 from ..errors import ClusterError
 from .follow import Outcome
@@ -83,6 +83,13 @@ def record(plan: Plan, outcomes: Sequence[Outcome], local: Path) -> Path:
     return path
 
 
+#: Run kind -> what writes its part of the summary from (local folder, GPU types, (gpu, task, status) per
+#: task): registered by the layer that submits such runs (kernellab.recipes.on_cluster), which the cluster
+#: code does not import.
+Merger = Callable[[Path, Sequence[str], Sequence[tuple[str, str, dict[str, Any]]]], str]
+MERGERS: dict[str, Merger] = {}
+
+
 def merge(plan: Plan, outcomes: Sequence[Outcome], local: Path) -> str:
     """The run's summary.md: the kind's own table (bench figures, test counts), then every task's outcome."""
     gpus = plan.gpus
@@ -91,12 +98,11 @@ def merge(plan: Plan, outcomes: Sequence[Outcome], local: Path) -> str:
         _merge_bench(local, gpus, outcomes)
     elif plan.kind == "test":
         parts.append(_test_table(local, gpus, outcomes))
-    elif plan.kind == "recipe":
-        # The recipe layer judges each GPU type's cases (imported here: recipes build on the cluster, not
-        # the other way round, and only a recipe run needs it).
-        from ..recipes import on_cluster
-
-        parts.append(on_cluster.merge(local, gpus, [(o.task.gpu, o.task.name, o.status) for o in outcomes]))
+    elif plan.kind in MERGERS:  # a layer above (recipes) judges its own tasks
+        parts.append(MERGERS[plan.kind](local, gpus, [(o.task.gpu, o.task.name, o.status) for o in outcomes]))
+    elif plan.kind not in ("submit",):
+        raise ClusterError(f"run {plan.run} is a {plan.kind} run, which this command cannot report; resume it the "
+                           f"way it was started (a recipe run: `invoke recipe run NAME --resume {plan.run}`).")
     parts += ["", "## Tasks", "", "| GPU type | task | outcome | node | GPU | seconds |", "|---|---|---|---|---|---|"]
     for o in outcomes:
         s = o.status

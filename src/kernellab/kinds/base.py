@@ -12,7 +12,7 @@ from typing import IO, Any, NamedTuple
 
 from ..engine import Engine
 from ..errors import BuildError, CommandError
-from ..resolve import BaseFacts, Spec
+from ..spec import BaseFacts, Spec
 from ..targets import DOCKER_DIR, Gpu, Matrix, Os
 from . import choose
 

@@ -6,7 +6,7 @@ passed in as BaseFacts; nothing here runs it.
 from __future__ import annotations
 
 from ..errors import ResolveError
-from ..resolve import Spec
+from ..spec import Spec
 from ..targets import Matrix
 from . import choose
 from .base import Kind, Request, py_part, sm_part

@@ -9,8 +9,8 @@ import difflib
 import re
 from typing import Iterable, Sequence
 
+from ..compat import covers
 from ..errors import ResolveError
-from ..resolve import covers
 from ..targets import Cuda, Gpu, Matrix, Os, Torch, vkey
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ResolveError
-from ..resolve import Spec
+from ..spec import Spec
 from ..targets import Cuda, Gpu, Matrix, Os, vkey
 from . import choose
 from .base import Request

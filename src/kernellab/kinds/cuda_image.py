@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 from ..errors import ResolveError
-from ..resolve import Spec
+from ..spec import Spec
 from ..targets import Cuda, Gpu, Matrix, Os, vkey
 from . import choose
 from .base import Kind, Request, py_part, sm_part

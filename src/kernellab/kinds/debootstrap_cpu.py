@@ -11,7 +11,7 @@ from typing import IO
 from .. import debian
 from ..engine import Engine
 from ..errors import ResolveError
-from ..resolve import Spec
+from ..spec import Spec
 from ..targets import Matrix, load
 from . import choose
 from .base import BaseStatus, Kind, Request, py_part

@@ -11,7 +11,7 @@ import socket
 import urllib.parse
 from typing import Mapping
 
-from ..resolve import Spec
+from ..spec import Spec
 from ..targets import Matrix, Torch
 
 ENV = "KERNELLAB_TORCH_INDEX"

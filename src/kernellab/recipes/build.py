@@ -24,7 +24,7 @@ from typing import IO, Any
 from .. import images, network, proc
 from ..engine import Engine, resolve_engine
 from ..errors import BuildError, CommandError, RecipeError
-from ..resolve import Spec
+from ..spec import Spec
 from ..targets import Matrix, load, parse_target
 from . import checks, lock, sources, values
 from .model import Recipe, substitute

@@ -8,17 +8,15 @@ import sys
 from pathlib import Path
 from typing import IO, Any, Sequence
 
-from . import claims, experiments, read, record
+from ..cluster import profile as profiles
+from ..cluster import report, runs
+from . import build, claims, experiments, read, record
 
 
 def submit(name: str, *, gpus: str | None, profile: str | None, k: str | None = None, quick: bool = False,
            target: str | None = None, dry_run: bool = False, resume: str | None = None,
            configured: str | None = None, out: IO[str] = sys.stdout) -> Path:
     """Build the image here (cached), then run the selected experiments on the cluster's GPU types."""
-    from ..cluster import profile as profiles
-    from ..cluster import runs
-    from . import build
-
     prof = profiles.load(profiles.find(profile, configured))
     if resume:
         return runs.resume(resume, prof, out=out)
@@ -78,3 +76,6 @@ def merge(local: Path, gpus: Sequence[str], tasks: Sequence[tuple[str, str, dict
         paper = f"{first.claimed:.3g}{first.unit} ({c.gpu})" if first else c.gpu
         rows.append(f"| {c.name} | {paper} | " + " | ".join(cells) + " |")
     return "## Claims per GPU type\n\n" + "\n".join(rows)
+
+
+report.MERGERS["recipe"] = merge

@@ -1,22 +1,19 @@
 """Can the receiving machine run this image: its driver against the image's CUDA, its GPUs against
-the image's arch list. The rules are doctor's (`driver_finding`, `arch_finding`), applied to the
+the image's arch list. The rules are kernellab.compat's (`driver_finding`, `arch_finding`), applied to the
 `invoke doctor --json` fingerprint of the other machine and the image's kernellab.* labels.
 """
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import targets
+from ..compat import FAIL, INFO, OK, WARN, Finding, arch_finding, driver_finding
 from ..errors import KernellabError, TransferError
 
-
-@dataclass
-class Finding:
-    severity: str  # "warning" or "info"
-    message: str
+NAME = "receiving machine"  # every Finding here is about it
 
 
 def load_fingerprint(path: Path | str) -> dict[str, Any]:
@@ -34,15 +31,11 @@ def load_fingerprint(path: Path | str) -> dict[str, Any]:
 
 def covers(arch_list: str, capability: str) -> bool:
     """Whether kernels built for an image's arch-list label run on a GPU of this compute capability."""
-    from .. import doctor  # the rule lives there; imported late, export and import do not need it
-
-    return doctor.arch_finding([capability], arch_list).severity == doctor.OK
+    return arch_finding([capability], arch_list).severity == OK
 
 
 def _mvc_driver(cuda: str | None) -> str | None:
     """The oldest driver that runs this CUDA through minor-version compatibility (the version matrix)."""
-    from .. import targets
-
     try:
         known = targets.load().cuda.get(cuda or "")
     except KernellabError:
@@ -52,39 +45,37 @@ def _mvc_driver(cuda: str | None) -> str | None:
 
 def check_target(labels: Mapping[str, str], fingerprint: Mapping[str, Any]) -> list[Finding]:
     """Warnings for shipping an image with these labels to the machine of this fingerprint."""
-    from .. import doctor
-
     findings: list[Finding] = []
     cuda = labels.get("kernellab.cuda")
     driver = fingerprint.get("driver")
     gpus = fingerprint.get("gpus") or []
     if cuda == "none":
-        return [Finding("info", "The image is CPU-only (kernellab.cuda=none); its GPUs will not be used.")]
+        return [Finding(NAME, INFO, "The image is CPU-only (kernellab.cuda=none); its GPUs will not be used.")]
     if not driver:
-        findings.append(Finding("warning", "The receiving machine reports no NVIDIA driver; CUDA code in the "
+        findings.append(Finding(NAME, WARN, "The receiving machine reports no NVIDIA driver; CUDA code in the "
                                            "image will not run there until one is installed."))
     min_driver = labels.get("kernellab.min-driver")
     if not min_driver:
-        findings.append(Finding("info", "The image has no kernellab.min-driver label; the driver was not checked."))
+        findings.append(Finding(NAME, INFO, "The image has no kernellab.min-driver label; the driver was not checked."))
     elif driver:
-        verdict = doctor.driver_finding(str(driver), cuda or "?", min_driver, _mvc_driver(cuda))
-        if verdict.severity == doctor.FAIL:
-            findings.append(Finding("warning", f"The receiving driver {driver} is older than {min_driver}, which "
+        verdict = driver_finding(str(driver), cuda or "?", min_driver, _mvc_driver(cuda))
+        if verdict.severity == FAIL:
+            findings.append(Finding(NAME, WARN, f"The receiving driver {driver} is older than {min_driver}, which "
                                                f"CUDA {cuda or '?'} in the image needs; upgrade the driver there or "
                                                "ship a target with an older CUDA."))
-        elif verdict.severity == doctor.WARN:
-            findings.append(Finding("warning", f"The receiving driver {driver} is older than {min_driver} and runs "
+        elif verdict.severity == WARN:
+            findings.append(Finding(NAME, WARN, f"The receiving driver {driver} is older than {min_driver} and runs "
                                                f"CUDA {cuda} only through minor-version compatibility, where PTX JIT "
                                                f"of newer code fails; {verdict.remedy}."))
     arch_list = labels.get("kernellab.arch-list")
     if not arch_list:
-        findings.append(Finding("info", "The image has no kernellab.arch-list label; GPU coverage was not checked."))
+        findings.append(Finding(NAME, INFO, "The image has no kernellab.arch-list label; GPU coverage was not checked."))
     else:
         for i, gpu in enumerate(gpus):
             cc = str(gpu.get("compute_capability", ""))
             if not covers(arch_list, cc):
                 findings.append(Finding(
-                    "warning", f"GPU {i} ({gpu.get('name', '?')}, compute capability {cc}) is not covered by "
+                    NAME, WARN, f"GPU {i} ({gpu.get('name', '?')}, compute capability {cc}) is not covered by "
                                f"the image's arch list {arch_list!r}: kernels would fail with 'no kernel image "
                                f"is available'; add {cc} to the target's arch list and rebuild."))
     return findings
