@@ -2,7 +2,7 @@
 # `--on slurm` on the GPU machine: a one-node Slurm from the bundle in .gpu-host/ (make-slurm-bundle.sh),
 # then the kernel tests and a quick bench of OPS through the gpuhost image (runtime docker, devices mode).
 # Run after `.ci/gpu-host.sh shell` in the same command (Docker running, kernellab:gpuhost built).
-#   bash .ci/gpu-slurm.sh [OPS]        (default: vector_add; results under $OUT/slurm-*)
+#   bash .ci/gpu-slurm.sh [OPS]        (default: vector_add; the gpuhost target; results under $OUT/slurm-*)
 set -uo pipefail
 out=${OUT:-gpu-host-logs}; mkdir -p "$out"
 ops=${1:-vector_add}
@@ -25,7 +25,7 @@ TOML
 rc=0
 for kind in test bench; do
   echo "=== invoke $kind --on slurm --gpus $type -k $ops"
-  python3 -m invoke $kind --on slurm --profile /tmp/kl-cluster.toml --gpus "$type" -k "$ops" \
+  python3 -m invoke $kind --on slurm --target gpuhost --profile /tmp/kl-cluster.toml --gpus "$type" -k "$ops" \
     $([ $kind = bench ] && echo --quick) 2>&1 | tee "$out/slurm-$kind.txt" | tail -n 25
   [ "${PIPESTATUS[0]}" = 0 ] || rc=1
   run=$(grep -oE 'results/[A-Za-z0-9_.-]+' "$out/slurm-$kind.txt" | tail -n 1)
