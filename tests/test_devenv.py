@@ -180,10 +180,10 @@ def test_a_missing_image_is_built_first(monkeypatch, tmp_path, no_gpu):
     with pytest.raises(KernellabError, match="kernellab:cpu is not built"):
         images.image_for_target("cpu", engine=eng)
     out = io.StringIO()
-    assert devenv.ensure_image("cpu", engine=eng, out=out) == "kernellab:cpu"
+    assert devenv.ensure_image("cpu", engine=eng, out=out).ref == "kernellab:cpu"
     assert "kernellab:cpu is not built yet; building it first" in out.getvalue()
     assert built == ["cpu"]
-    assert devenv.ensure_image("cpu", engine=eng, out=io.StringIO()) == "kernellab:cpu"
+    assert devenv.ensure_image("cpu", engine=eng, out=io.StringIO()).ref == "kernellab:cpu"
     assert built == ["cpu"], "built once"
 
 

@@ -93,3 +93,19 @@ def test_flags_are_long_and_mean_the_same_in_every_task() -> None:
         for arg in (a for a in ns[name].get_arguments() if not a.positional):
             assert all(n for n in arg.names), f"{name}: a flag without a name ({arg.names})"
             assert all(len(n) > 1 for n in arg.names if n != "k"), f"{name}: a short flag {arg.names}"
+
+
+def test_a_targets_image_is_inspected_once_and_travels_as_a_value(monkeypatch) -> None:
+    from fake_engine import fake, image
+    from kernellab import containers, images
+
+    eng = fake("docker", {"kernellab:cpu": image("sha256:c0ffee", env=["PATH=/opt/venv/bin:/usr/bin"],
+                                                 labels={"kernellab.arch-list": "9.0"})})
+    asked: list[str] = []
+    real = eng.inspect
+    monkeypatch.setattr(eng, "inspect", lambda ref: asked.append(ref) or real(ref))
+    found = images.image_for_target("cpu", engine=eng)
+    assert (found.ref, found.id, found.labels["kernellab.arch-list"]) == ("kernellab:cpu", "sha256:c0ffee", "9.0")
+    argv = containers.run_argv(found, ["true"], user=(1, 1), engine=eng)
+    assert asked == ["kernellab:cpu"], "one inspect for the lookup, none for the container's command line"
+    assert argv[argv.index("KERNELLAB_IMAGE_ID=sha256:c0ffee") - 1] == "-e" and "kernellab:cpu" in argv

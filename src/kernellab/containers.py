@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 from . import ROOT, cache_root, gpu, proc
-from .engine import Engine, resolve_engine
+from .engine import Engine, Image, resolve_engine
 from .errors import KernellabError, UsageError
 from .gpu import selected_gpus  # run()'s `gpu` argument hides the module there
 
@@ -53,7 +53,7 @@ def best_gpu_mode(engine: Engine | None = None) -> str | None:
 
 
 def run_argv(
-    image: str,
+    image: str | Image,
     command: Sequence[str] = (),
     *,
     interactive: bool = False,
@@ -84,18 +84,19 @@ def run_argv(
     # by name only: the engine reads the values from its environment, so `ps` never shows them.
     names = [k for k in sorted(os.environ)
              if k.startswith("KERNELLAB_") and k not in ("KERNELLAB_CACHE", "KERNELLAB_IMAGE_ID", "KERNELLAB_ENGINE")]
-    full_env, extra = container_env(image, gpu_mode, gpus=gpus, engine=eng)
-    full_env["KERNELLAB_IMAGE_ID"] = eng.image_id(image)
+    img = eng.image(image)
+    full_env, extra = container_env(img, gpu_mode, gpus=gpus, engine=eng)
+    full_env["KERNELLAB_IMAGE_ID"] = img.id
     full_env.update(env or {})
     # The host's name inside too: benchmark results record it, and compare tells machines apart by it.
-    return eng.run_argv(image, command, user=(uid, gid), workdir=WORKSPACE, network=network, name=name,
+    return eng.run_argv(img.ref, command, user=(uid, gid), workdir=WORKSPACE, network=network, name=name,
                         hostname=socket.gethostname(),
                         mounts=(f"{repo.resolve()}:{WORKSPACE}", f"{cache.resolve()}:{CACHE}", *mounts),
                         interactive=interactive, tty=interactive and sys.stdin.isatty(), publish=publish,
                         pass_env=list(dict.fromkeys([*names, *pass_env])), env=full_env, extra=extra)
 
 
-def container_env(image: str, gpu_mode: str | None, *, gpus: Sequence[str] | None = None,
+def container_env(image: str | Image, gpu_mode: str | None, *, gpus: Sequence[str] | None = None,
                   engine: Engine | None = None) -> tuple[dict[str, str], list[str]]:
     """The environment every kernellab container gets (home and caches under /cache, PYTHONPATH, the
     GPU's), and the engine's flags that attach the GPUs in gpu_mode (none for None): the host indices
@@ -106,7 +107,7 @@ def container_env(image: str, gpu_mode: str | None, *, gpus: Sequence[str] | Non
     flags: list[str] = []
     if gpu_mode:
         flags, gpu_env = gpu.container_gpu_args(eng, gpu_mode, gpus)
-        image_env = eng.env(image)
+        image_env = eng.image(image).env
         for k, v in gpu_env.items():
             # Library and binary paths are appended to the image's own, never replace them.
             if k in ("PATH", "LD_LIBRARY_PATH") and image_env.get(k):
@@ -115,7 +116,7 @@ def container_env(image: str, gpu_mode: str | None, *, gpus: Sequence[str] | Non
     return env, flags
 
 
-def run(image: str, command: Sequence[str] = (), *, gpu: bool | str = True, interactive: bool = False,
+def run(image: str | Image, command: Sequence[str] = (), *, gpu: bool | str = True, interactive: bool = False,
         user: tuple[int, int] | None = None, env: dict[str, str] | None = None, network: str | None = None,
         repo: Path = ROOT, publish: Sequence[str] = (), secret_env: dict[str, str] | None = None,
         name: str | None = None, mounts: Sequence[str] = (), engine: Engine | None = None,
@@ -132,7 +133,8 @@ def run(image: str, command: Sequence[str] = (), *, gpu: bool | str = True, inte
     Ctrl-C (or the client dying with exit 130) removes the container.
     """
     eng = resolve_engine(engine).require()
-    if not eng.exists(image):
+    found = image if isinstance(image, Image) else eng.find_image(image)
+    if found is None:
         raise KernellabError(f"image {image} does not exist in {eng.name}; build it with `invoke build-image` first.")
     mode = (best_gpu_mode(eng) if gpu is True else None) if not isinstance(gpu, str) else gpu
     if isinstance(gpu, str) and gpu not in gpu_mode_names():
@@ -149,7 +151,7 @@ def run(image: str, command: Sequence[str] = (), *, gpu: bool | str = True, inte
     cache = cache_root()
     prepare_cache(cache, uid, gid)
     name = name or new_name()
-    argv = run_argv(image, command, interactive=interactive, gpu_mode=mode, gpus=gpus, user=(uid, gid),
+    argv = run_argv(found, command, interactive=interactive, gpu_mode=mode, gpus=gpus, user=(uid, gid),
                     cache=cache, env=env, network=network, repo=repo, name=name, publish=publish,
                     pass_env=tuple(secret_env or {}), mounts=mounts, engine=eng)
     if out is not None:

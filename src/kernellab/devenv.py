@@ -24,7 +24,7 @@ from typing import IO, Any
 
 from . import ROOT, cache_root, containers, images, network
 from .containers import CACHE, WORKSPACE
-from .engine import Engine, resolve_engine
+from .engine import Engine, Image, resolve_engine
 from .errors import KernellabError, UsageError
 
 #: Where `invoke devcontainer` writes: one folder per target (VS Code lists each as a configuration).
@@ -47,7 +47,7 @@ JUPYTER_EXTRA = "jupyter"
 
 # --------------------------------------------------------------------------- the target's image
 
-def ensure_image(target: str, *, engine: Engine | None = None, out: IO[str] = sys.stdout) -> str:
+def ensure_image(target: str, *, engine: Engine | None = None, out: IO[str] = sys.stdout) -> Image:
     """The target's image (`kernellab:<target>`), built first if this engine does not have it."""
     eng = resolve_engine(engine).require()
     try:
@@ -60,13 +60,13 @@ def ensure_image(target: str, *, engine: Engine | None = None, out: IO[str] = sy
     return images.image_for_target(target, engine=eng)
 
 
-def image_extras(image: str, *, engine: Engine | None = None) -> tuple[str, ...]:
+def image_extras(image: str | Image, *, engine: Engine | None = None) -> tuple[str, ...]:
     """The extras an image was built with (its `kernellab.extras` label; none for older images)."""
-    label = resolve_engine(engine).labels(image).get("kernellab.extras", "")
+    label = resolve_engine(engine).image(image).labels.get("kernellab.extras", "")
     return tuple(e for e in label.split(",") if e)
 
 
-def require_extra(image: str, target: str, extra: str, *, engine: Engine | None = None) -> None:
+def require_extra(image: str | Image, target: str, extra: str, *, engine: Engine | None = None) -> None:
     """KernellabError (one sentence saying how to get it) unless image was built with `extra`."""
     if extra not in image_extras(image, engine=engine):
         raise UsageError(f"{image} has no `{extra}` extra; add `extras = [\"{extra}\"]` to [target.{target}] in "

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from . import cache_root, debian, kinds, locks, network, proc, progress, render
-from .engine import Engine, resolve_engine
+from .engine import Engine, Image, resolve_engine
 from .errors import BuildError, CommandError, KernellabError, ResolveError
 from .kinds import debootstrap_cpu, torch_index
 from .locks import LOCK_DIR, Mode, lock_digest, lock_path
@@ -307,14 +307,16 @@ def _label_and_tag(eng: Engine, built_id: str, lock: dict[str, Any], digest: str
         eng.untag(staging)
 
 
-def image_for_target(name: str | None = None, engine: Engine | None = None) -> str:
-    """The image tag for a named target (or the default target of this machine), if it was built."""
+def image_for_target(name: str | None = None, engine: Engine | None = None) -> Image:
+    """The image of a named target (or the default target of this machine), if it was built: inspected once,
+    handed on as a value."""
     name = name or default_target()
     ref = f"kernellab:{name}"
     eng = resolve_engine(engine).require()
-    if not eng.exists(ref):
+    found = eng.find_image(ref)
+    if found is None:
         raise KernellabError(f"image {ref} is not built for {eng.name}; run `invoke build-image --target {name}` first.")
-    return ref
+    return found
 
 
 def default_target() -> str:

@@ -17,6 +17,7 @@ from typing import Any, Protocol, Sequence
 from . import ROOT, containers, gpu, images, nvtools, proc, pythonpath
 from .cluster import profile as profiles
 from .cluster import runs
+from .engine import Image
 from .errors import ClusterUsageError, UsageError
 from .jobs import Job
 
@@ -62,7 +63,7 @@ class Native:
 class Container:
     """A container of `image`: the repository at /workspace, the caller's UID, the GPU as gpu_mode says."""
 
-    image: str
+    image: str | Image               # a reference, or an Image already inspected (a target's)
     gpu_mode: bool | str = True
     gpu_index: str | None = None
 

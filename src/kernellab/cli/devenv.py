@@ -15,7 +15,7 @@ def devcontainer(c, target=None, gpu_mode=None, engine=None):
     name = configured_target(c, target) or images.default_target()
     image = devenv.ensure_image(name)
     mode = devenv.gpu_mode(gpu_choice(gpu_mode))
-    path = devenv.write_devcontainer(name, image, gpu=mode or False)
+    path = devenv.write_devcontainer(name, image.ref, gpu=mode or False)
     config = devenv.read_jsonc(path)
     rel = path.relative_to(ROOT)
     print(f"wrote {rel}: {image}, repo at {containers.WORKSPACE}, caches at {containers.CACHE}, "

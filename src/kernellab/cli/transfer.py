@@ -34,7 +34,7 @@ def _resolve_image(image: str) -> str:
 
     if engines.current().exists(image) or image not in targets.load().targets:
         return image
-    return images.image_for_target(image)
+    return images.image_for_target(image).ref
 
 
 @task(

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import compat, proc, targets
-from ..engine import Engine
+from ..engine import Engine, Image
 from ..errors import ClusterError, ClusterUsageError, CommandError, KernellabError
 from .profile import Profile
 
@@ -58,17 +58,17 @@ def product(profile: Profile, image_id: str) -> Path:
     return base.with_name(base.name + suffix)
 
 
-def inspect(ref: str, eng: Engine) -> Prepared:
+def inspect(image: str | Image, eng: Engine) -> Prepared:
     """What the image is (ID, arch list, kind), before anything is converted."""
-    image = eng.must_inspect(ref)
-    labels = (image.get("Config") or {}).get("Labels") or {}
-    return Prepared(ref, image["Id"], "", labels.get("kernellab.arch-list", ""), labels.get("kernellab.kind", ""),
-                    0.0, False)
+    image = eng.image(image)
+    return Prepared(image.ref, image.id, "", image.labels.get("kernellab.arch-list", ""),
+                    image.labels.get("kernellab.kind", ""), 0.0, False)
 
 
-def prepare(profile: Profile, ref: str, eng: Engine) -> Prepared:
-    """Convert ref for the profile's runtime unless the shared folder has it for this image ID."""
-    seen = inspect(ref, eng)
+def prepare(profile: Profile, image: str | Image, eng: Engine) -> Prepared:
+    """Convert the image for the profile's runtime unless the shared folder has it for this image ID."""
+    seen = inspect(image, eng)
+    ref = seen.ref
     image_id, arch_list, kind = seen.id, seen.arch_list, seen.kind
     if profile.runtime in ("docker", "podman") and not profile.load_images:
         return seen  # the profile says the nodes' engines have it; a node that lacks it says so
@@ -176,14 +176,8 @@ def _sqsh(ref: str, image_id: str, out: Path, eng: Engine, profile: Profile) -> 
 def unpack(ref: str, root: Path, eng: Engine) -> None:
     """The image's files (its layers applied, whiteouts honoured by the engine) into root."""
     root.mkdir(parents=True)
-    r = proc.run([eng.cli, "create", ref, "true"], timeout=300)
-    container = r.stdout.strip()
-    try:
-        with proc.pipe_from([eng.cli, "export", container]) as src, \
-                proc.pipe_to(["tar", "-x", "-C", str(root), "-f", "-"]) as dst:
-            shutil.copyfileobj(src, dst.stream, 1 << 20)
-    finally:
-        proc.run([eng.cli, "rm", "-f", container], check=False, timeout=120)
+    with eng.export_rootfs(ref) as src, proc.pipe_to(["tar", "-x", "-C", str(root), "-f", "-"]) as dst:
+        shutil.copyfileobj(src, dst.stream, 1 << 20)
     for m in MOUNT_POINTS:
         (root / m).mkdir(parents=True, exist_ok=True)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import socket
 import sys
 import time
@@ -121,7 +122,8 @@ def ensure_loaded(eng: Any, image: Mapping[str, Any]) -> None:
         from .. import proc
 
         chunks = sorted(str(p) for p in inner.glob("image.tar.zst.*"))
-        proc.run(["bash", "-c", 'cat "$@" | zstd -dcq | "$0" load', eng.cli, *chunks], timeout=3600)
+        load = " ".join(shlex.quote(a) for a in eng.load_argv())
+        proc.run(["bash", "-c", f'cat "$@" | zstd -dcq | {load}', "load", *chunks], timeout=3600)
     if not eng.exists(image["id"]):
         raise KernellabError(f"loading {inner} did not give image {image['id'][:19]} on {socket.gethostname()}.")
 

@@ -191,10 +191,11 @@ def _image(profile: Profile, target: str | None, gpus: Sequence[str], out: IO[st
     from ..images import image_for_target
 
     eng = engine.current()
-    ref = target if explicit and target else image_for_target(target, eng)
-    for note in images.check_archs(images.inspect(ref, eng), list(gpus)):
+    image = eng.image(target) if explicit and target else image_for_target(target, eng)
+    ref = image.ref
+    for note in images.check_archs(images.inspect(image, eng), list(gpus)):
         print(f"note: {note}", file=out)
-    prepared = images.prepare(profile, ref, eng)
+    prepared = images.prepare(profile, image, eng)
     how = ("the nodes' engines have it (load_images = false)" if not prepared.path else
            "reused" if prepared.reused else f"converted in {prepared.seconds:.1f} s")
     print(f"image {ref} ({images.short(prepared.id)}) for {profile.runtime}: {prepared.path or ref} ({how})", file=out,
@@ -224,9 +225,8 @@ def _image_placeholder(profile: Profile, target: str | None) -> dict[str, Any]:
         from ..images import image_for_target
 
         eng = engine.current()
-        ref = image_for_target(target, eng)
-        image_id = eng.must_inspect(ref)["Id"]
-        return {"ref": ref, "id": image_id, "path": str(images.product(profile, image_id))}
+        image = image_for_target(target, eng)
+        return {"ref": image.ref, "id": image.id, "path": str(images.product(profile, image.id))}
     except Exception:  # no engine or no image here: the script still shows its shape
         return {"ref": f"kernellab:{target or '<target>'}", "id": "<image-id>", "path": "<converted image>"}
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 
 from ..errors import EngineError
-from .base import Engine, EngineInfo
+from .base import Engine, EngineInfo, Image
 from .docker import Docker
 from .podman import Podman
 
@@ -62,5 +62,5 @@ def resolve_engine(engine: Engine | None) -> Engine:
     return engine if engine is not None else current()
 
 
-__all__ = ["ENGINES", "Docker", "Engine", "EngineInfo", "Podman", "answering", "by_name", "current",
+__all__ = ["ENGINES", "Docker", "Engine", "EngineInfo", "Image", "Podman", "answering", "by_name", "current",
            "resolve_engine", "select"]

@@ -24,6 +24,20 @@ class EngineInfo:
     cdi_dirs: tuple[str, ...] = ()      # where CDI specs are read from
 
 
+@dataclass(frozen=True)
+class Image:
+    """One image as its engine described it once: the name it was asked by, what it is (its ID), its labels and
+    its configured environment. Containers, transfer and the cluster take it instead of inspecting by name again."""
+
+    ref: str
+    id: str
+    labels: dict[str, str]
+    env: dict[str, str]
+
+    def __str__(self) -> str:
+        return self.ref
+
+
 class Engine:
     """The CLI-shaped part both engines share; subclasses say what differs."""
 
@@ -81,6 +95,25 @@ class Engine:
             image = {**image, "Id": "sha256:" + image["Id"]}
         return image
 
+    def find_image(self, ref: str) -> Image | None:
+        """The image `ref` names, inspected once, or None when the engine has no such image."""
+        found = self.inspect(ref)
+        if found is None:
+            return None
+        config = found.get("Config") or {}
+        env = dict(item.partition("=")[::2] for item in config.get("Env") or [])
+        return Image(ref, str(found["Id"]), dict(config.get("Labels") or {}), env)
+
+    def image(self, ref: str | Image) -> Image:
+        """An Image as it is, or the one `ref` names (inspected once); EngineError when the engine has none."""
+        if isinstance(ref, Image):
+            return ref
+        found = self.find_image(ref)
+        if found is None:
+            self.must_inspect(ref)  # raises, saying what to do
+        assert found is not None
+        return found
+
     def exists(self, ref: str) -> bool:
         return self._run("image", "inspect", ref, check=False).ok
 
@@ -99,11 +132,7 @@ class Engine:
 
     def env(self, ref: str) -> dict[str, str]:
         """The image's configured environment (Config.Env) as a dict."""
-        env: dict[str, str] = {}
-        for item in (self.must_inspect(ref).get("Config") or {}).get("Env") or []:
-            k, _, v = item.partition("=")
-            env[k] = v
-        return env
+        return self.image(ref).env
 
     def repo_digests(self, ref: str) -> list[str]:
         return list(self.must_inspect(ref).get("RepoDigests") or [])
@@ -140,11 +169,26 @@ class Engine:
     def save_argv(self, refs: Sequence[str]) -> list[str]:
         return [self.cli, "save", *refs]
 
+    def load_argv(self) -> list[str]:
+        """The command that loads a save archive from its standard input."""
+        return [self.cli, "load"]
+
     @contextlib.contextmanager
     def load(self) -> Iterator[proc.Pipe]:
         """A pipe to write a save archive into; the engine loads it when the block ends."""
-        with proc.pipe_to([self.cli, "load"]) as pipe:
+        with proc.pipe_to(self.load_argv()) as pipe:
             yield pipe
+
+    @contextlib.contextmanager
+    def export_rootfs(self, ref: str) -> Iterator[IO[bytes]]:
+        """The image's root file system as one tar stream (its layers applied, whiteouts honoured), read from a
+        container that is created for it and removed afterwards."""
+        container = self._run("create", ref, "true", timeout=300).stdout.strip()
+        try:
+            with proc.pipe_from([self.cli, "export", container]) as src:
+                yield src
+        finally:
+            self._run("rm", "-f", container, check=False, timeout=120)
 
     @contextlib.contextmanager
     def import_rootfs(self, tag: str) -> Iterator[proc.Pipe]:
