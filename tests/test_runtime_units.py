@@ -240,8 +240,8 @@ def test_a_missing_podman_is_one_sentence_naming_the_remedy():
 def test_doctor_lists_only_the_engines_that_answer(monkeypatch):
     from kernellab import engine
     monkeypatch.setattr(engine, "answering", lambda: [fake("podman")])
-    ctx: dict = {}
+    ctx = doctor.Context()
     finding = dict(doctor.CHECKS)["engines"](ctx)
-    assert finding.severity == "ok" and finding.message == "answering: podman" and ctx["engines"] == ["podman"]
+    assert finding.severity == "ok" and finding.message == "answering: podman" and ctx.engines == ["podman"]
     monkeypatch.setattr(engine, "answering", lambda: [])
-    assert dict(doctor.CHECKS)["engines"]({}).severity == "fail"
+    assert dict(doctor.CHECKS)["engines"](doctor.Context()).severity == "fail"

@@ -1,22 +1,40 @@
 """`invoke doctor`: an ordered list of checks, each a Finding with severity, message and remedy.
 
-Checks run in order and later ones may use what earlier ones found (the context dict).
+Checks run in order and later ones may use what earlier ones found (a Context: each field has one writer).
 The JSON form doubles as a machine fingerprint for `invoke export-image --check-target`.
 """
 from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from . import __version__, engine, gpu, images, kinds, network, nvtools
 from .compat import FAIL, INFO, OK, WARN, Finding, arch_finding, driver_finding
+from .engine import EngineInfo
 from .errors import KernellabError
 from .spec import Spec
 from .targets import load
 
-Check = Callable[[dict[str, Any]], Finding]
+
+@dataclass
+class Context:
+    """What the checks found, in order: each field is written by one check (or run) and read by later ones."""
+
+    target: str | None = None                 # run
+    spec: Spec | None = None                  # run
+    spec_error: str | None = None             # run
+    mvc_driver: str | None = None             # run
+    engines: list[str] = field(default_factory=list)           # engines
+    engine: str | None = None                 # engine
+    engine_info: EngineInfo | None = None     # engine
+    docker: dict[str, Any] | None = None      # engine (the fingerprint's key since its first version)
+    gpus: list[gpu.HostGpu] = field(default_factory=list)      # gpus
+    gpu_modes: list[str] = field(default_factory=list)         # gpu in containers
+
+
+Check = Callable[[Context], Finding]
 CHECKS: list[tuple[str, Check]] = []
 
 
@@ -28,9 +46,9 @@ def check(name: str) -> Callable[[Check], Check]:
 
 
 @check("engines")
-def _engines(ctx: dict[str, Any]) -> Finding:
+def _engines(ctx: Context) -> Finding:
     found = [e.name for e in engine.answering()]
-    ctx["engines"] = found
+    ctx.engines = found
     if not found:
         return Finding("engines", FAIL, "no container engine answers (docker, podman)",
                        "run `make engine` (as root) for Docker, or install podman + uidmap for rootless Podman")
@@ -38,23 +56,23 @@ def _engines(ctx: dict[str, Any]) -> Finding:
 
 
 @check("engine")
-def _engine(ctx: dict[str, Any]) -> Finding:
+def _engine(ctx: Context) -> Finding:
     eng = engine.current()
-    ctx["engine"] = eng.name
+    ctx.engine = eng.name
     try:
         info = eng.require().info()
     except KernellabError as e:
         return Finding("engine", FAIL, str(e).split(";")[0], str(e).split(";", 1)[-1].strip())
-    ctx["engine_info"] = info
+    ctx.engine_info = info
     # "docker" is the fingerprint's key since its first version (export-image --check-target reads it).
-    ctx["docker"] = {"engine": info.name, "version": info.version, "root": info.root, "rootless": info.rootless,
+    ctx.docker = {"engine": info.name, "version": info.version, "root": info.root, "rootless": info.rootless,
                      "runtimes": list(info.runtimes)}
     mode = "rootless " if info.rootless else ""
     return Finding("engine", OK, f"using {mode}{info.name} {info.version} (--engine or KERNELLAB_ENGINE to choose)")
 
 
 @check("builds")
-def _buildkit(ctx: dict[str, Any]) -> Finding:
+def _buildkit(ctx: Context) -> Finding:
     eng = engine.current()
     try:
         cli = eng.builder()
@@ -64,8 +82,8 @@ def _buildkit(ctx: dict[str, Any]) -> Finding:
 
 
 @check("disk")
-def _disk(ctx: dict[str, Any]) -> Finding:
-    info = ctx.get("engine_info")
+def _disk(ctx: Context) -> Finding:
+    info = ctx.engine_info
     if info is None or not info.root:
         return Finding("disk", INFO, "no engine answered: its data root is unknown")
     root = info.root
@@ -80,9 +98,9 @@ def _disk(ctx: dict[str, Any]) -> Finding:
 
 
 @check("gpus")
-def _gpus(ctx: dict[str, Any]) -> Finding:
+def _gpus(ctx: Context) -> Finding:
     gpus = gpu.host_gpus()
-    ctx["gpus"] = gpus
+    ctx.gpus = gpus
     if not gpus:
         return Finding("gpus", INFO, "no NVIDIA GPU found (no nvidia-smi or no device); the cpu target fits this machine")
     desc = "; ".join(f"{g.index}: {g.name} (cc {g.compute_capability}, {g.memory_mib} MiB)" for g in gpus)
@@ -98,31 +116,31 @@ def _gpus(ctx: dict[str, Any]) -> Finding:
 
 
 @check("driver")
-def _driver(ctx: dict[str, Any]) -> Finding:
-    spec: Spec | None = ctx.get("spec")
-    gpus = ctx.get("gpus") or []
+def _driver(ctx: Context) -> Finding:
+    spec: Spec | None = ctx.spec
+    gpus = ctx.gpus
     if not gpus or spec is None or not spec.cuda:
         return Finding("driver", INFO, "no GPU driver or no CUDA in the target: nothing to compare")
-    return driver_finding(gpus[0].driver, spec.cuda, spec.min_driver, ctx.get("mvc_driver"))
+    return driver_finding(gpus[0].driver, spec.cuda, spec.min_driver, ctx.mvc_driver)
 
 
 @check("arch coverage")
-def _archs(ctx: dict[str, Any]) -> Finding:
-    spec: Spec | None = ctx.get("spec")
-    gpus = ctx.get("gpus") or []
+def _archs(ctx: Context) -> Finding:
+    spec: Spec | None = ctx.spec
+    gpus = ctx.gpus
     if not gpus or spec is None:
         return Finding("arch coverage", INFO, "no GPU or no target: nothing to compare")
     return arch_finding([g.compute_capability for g in gpus], spec.arch_list, spec.kind == "cpu")
 
 
 @check("gpu in containers")
-def _modes(ctx: dict[str, Any]) -> Finding:
-    if not ctx.get("gpus"):
+def _modes(ctx: Context) -> Finding:
+    if not ctx.gpus:
         return Finding("gpu in containers", INFO, "no GPU to hand to containers")
-    modes = gpu.available_modes(ctx.get("engine_info"), engine.current().gpu_modes)
-    ctx["gpu_modes"] = modes
+    modes = gpu.available_modes(ctx.engine_info, engine.current().gpu_modes)
+    ctx.gpu_modes = modes
     if not modes:
-        return Finding("gpu in containers", FAIL, f"no way to give {ctx.get('engine', 'engine')} containers the GPU: no NVIDIA runtime, no CDI spec, "
+        return Finding("gpu in containers", FAIL, f"no way to give {ctx.engine or 'engine'} containers the GPU: no NVIDIA runtime, no CDI spec, "
                        "and no /dev/nvidia* nodes with driver libraries",
                        "install the NVIDIA Container Toolkit, or make /dev/nvidia* and the driver libraries visible")
     detail = {"nvidia": "NVIDIA runtime (--gpus)", "cdi": "CDI (--device nvidia.com/gpu=all)",
@@ -131,13 +149,13 @@ def _modes(ctx: dict[str, Any]) -> Finding:
 
 
 @check("profiling")
-def _profiling(ctx: dict[str, Any]) -> Finding:
-    r = nvtools.readiness(nvtools.find("ncu"), nvtools.read_params(), os.getuid(), bool(ctx.get("gpus")))
+def _profiling(ctx: Context) -> Finding:
+    r = nvtools.readiness(nvtools.find("ncu"), nvtools.read_params(), os.getuid(), bool(ctx.gpus))
     return Finding("profiling", r.severity, r.message, r.remedy)
 
 
 @check("network")
-def _network(ctx: dict[str, Any]) -> Finding:
+def _network(ctx: Context) -> Finding:
     proxies = sorted({v.upper() for v in os.environ if v.upper() in network.PROXY_VARS})
     certs = network.ca_certificates()
     pip = network.host_pip_config()
@@ -148,40 +166,40 @@ def _network(ctx: dict[str, Any]) -> Finding:
 
 
 @check("base image")
-def _base(ctx: dict[str, Any]) -> Finding:
-    spec: Spec | None = ctx.get("spec")
+def _base(ctx: Context) -> Finding:
+    spec: Spec | None = ctx.spec
     if spec is None:
-        return Finding("base image", INFO, f"no target resolved: {ctx.get('spec_error', 'none given')}")
-    if "engine_info" not in ctx:
+        return Finding("base image", INFO, f"no target resolved: {ctx.spec_error or 'none given'}")
+    if ctx.engine_info is None:
         return Finding("base image", WARN, f"cannot check {spec.base} without an engine")
     status = kinds.get(spec.kind).base_status(spec, engine.current())  # the kind knows how its base is made
     return Finding("base image", status.severity, status.message, status.remedy)
 
 
-def run(target: str | None = None) -> tuple[list[Finding], dict[str, Any]]:
+def run(target: str | None = None) -> tuple[list[Finding], Context]:
     """Run every check in order for target (default: this machine's default target)."""
-    ctx: dict[str, Any] = {}
+    ctx = Context()
     try:
         name = target or images.default_target()
-        ctx["target"] = name
-        ctx["spec"] = images.resolve_request(target=name)
-        cuda = load().cuda.get(ctx["spec"].cuda or "")
-        ctx["mvc_driver"] = cuda.mvc_driver if cuda else None
+        ctx.target = name
+        ctx.spec = images.resolve_request(target=name)
+        cuda = load().cuda.get(ctx.spec.cuda or "")
+        ctx.mvc_driver = cuda.mvc_driver if cuda else None
     except KernellabError as e:
-        ctx["spec_error"] = str(e)
+        ctx.spec_error = str(e)
     findings = [fn(ctx) for _, fn in CHECKS]
     return findings, ctx
 
 
-def fingerprint(findings: list[Finding], ctx: dict[str, Any]) -> dict[str, Any]:
-    gpus = ctx.get("gpus") or []
+def fingerprint(findings: list[Finding], ctx: Context) -> dict[str, Any]:
+    gpus = ctx.gpus
     return {
         "kernellab": __version__,
-        "target": ctx.get("target"),
+        "target": ctx.target,
         "driver": gpus[0].driver if gpus else None,
         "gpus": [g.to_dict() for g in gpus],
-        "gpu_modes": ctx.get("gpu_modes", []),
-        "docker": ctx.get("docker"),
+        "gpu_modes": ctx.gpu_modes,
+        "docker": ctx.docker,
         "checks": [asdict(f) for f in findings],
     }
 

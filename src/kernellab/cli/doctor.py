@@ -17,7 +17,7 @@ def doctor(c, target=None, json_=False, engine=None):
     if json_:
         print(json.dumps(doc.fingerprint(findings, ctx), indent=2))
     else:
-        print(f"kernellab doctor (target: {ctx.get('target') or 'none'})")
+        print(f"kernellab doctor (target: {ctx.target or 'none'})")
         print(doc.render_text(findings))
     failed = [f.name for f in findings if f.severity == doc.FAIL]
     if failed:

@@ -119,8 +119,7 @@ def build(recipe: Recipe, *, target: str | None = None, upto: int | None = None,
     ctx = home / "context"
     provenance = _context(recipe, env, ctx, out)
     made_of = _lock(recipe, env, provenance)
-    (ctx / "lock.json").write_text(json.dumps(made_of, indent=2, sort_keys=True) + "\n")
-    lock_sha = hashlib.sha256((ctx / "lock.json").read_bytes()).hexdigest()
+    lock_sha = lock.write_record(ctx, made_of)
     # BuildKit (Docker 20.10) cannot build FROM a bare image ID: a tag named after the ID stands for it.
     eng.tag(env.base_id, base_ref(env))
     # --update resolves afresh: a pip line BuildKit has not seen (otherwise it serves the old resolution).
@@ -149,7 +148,7 @@ def build(recipe: Recipe, *, target: str | None = None, upto: int | None = None,
                 steps.close()
         image_id = images.read_iid(iid)
     if upto is None:
-        shutil.copy(ctx / "lock.json", home / "lock.json")
+        lock.keep_record(ctx, recipe.name)
         written = lock.write(recipe, locked_name, env.spec.digest, pip_added(image_id, eng))
         if written:
             out.write(f"locked the recipe's pip packages in {written} (commit it: later builds install exactly these)\n")
@@ -247,7 +246,7 @@ def dockerfile(recipe: Recipe, env: Environment, provenance: dict[str, Any], loc
         "kernellab.recipe-patches": json.dumps({p.file.name: p.sha256 for p in recipe.patches}, sort_keys=True),
         "org.opencontainers.image.title": recipe.paper.title, "org.opencontainers.image.url": recipe.paper.link,
     }
-    lines += ["", f"FROM {previous} AS final", "COPY recipe/ /recipe/", "COPY lock.json /etc/kernellab/recipe-lock.json",
+    lines += ["", f"FROM {previous} AS final", "COPY recipe/ /recipe/", f"COPY {lock.RECORD} /etc/kernellab/recipe-lock.json",
               "WORKDIR /src", "LABEL " + " \\\n      ".join(f"{k}={json.dumps(v)}" for k, v in labels.items())]
     return "\n".join(lines) + "\n"
 

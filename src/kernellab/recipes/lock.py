@@ -4,16 +4,22 @@
 recipe, like docker/locks/<target>.json for a target. Later builds install exactly those versions (`prefer`,
 the default), refuse to build without a lock that fits the recipe's `pip` list (`strict`, `--locked`), or
 resolve afresh and rewrite the lock (`update`, `--update`). The target's own packages are the target's lock.
-This module is the lock's one reader and one writer.
+The record of what one build was made of (sources and submodules at their commits, patches with their reasons,
+the values its commands used, its steps) is beside it: written into the build context, copied into the image as
+/etc/kernellab/recipe-lock.json (its sha256 a label), and kept as the last build's in the recipe's cache folder.
+This module is the one reader and writer of both.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import IO, Any, Literal
 
 from ..errors import RecipeError
+from . import values
 from .model import Recipe
 
 Mode = Literal["prefer", "strict", "update"]
@@ -91,3 +97,28 @@ def fits(recipe: Recipe, target: str, added: dict[str, str]) -> bool:
     """Whether an image whose pip layer added `added` is what the lock says (True without a lock)."""
     lock = read(recipe, target)
     return lock is None or not recipe.pip or (lock["requirements"] == list(recipe.pip) and lock["pip"] == added)
+
+
+RECORD = "lock.json"
+
+
+def write_record(context: Path, record: dict[str, Any]) -> str:
+    """The build's record into the build context (the Dockerfile copies it into the image); its sha256."""
+    path = context / RECORD
+    path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def keep_record(context: Path, recipe: str) -> None:
+    """After a build that passed: its record is the recipe's last build's."""
+    shutil.copy(context / RECORD, values.context_dir(recipe) / RECORD)
+
+
+def read_record(recipe: str) -> dict[str, Any]:
+    """What the recipe's last build on this machine was made of."""
+    path = values.context_dir(recipe) / RECORD
+    try:
+        return dict(json.loads(path.read_text()))
+    except (OSError, ValueError) as e:
+        raise RecipeError(f"no record of recipe {recipe}'s last build ({path}: {e}); build it with "
+                          f"`invoke recipe build {recipe}`.") from None

@@ -1,7 +1,6 @@
 """What `invoke recipe ...` does: list, check, build, run, shell, export. The tasks call these and print."""
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 import time
@@ -12,7 +11,7 @@ from .. import containers, gpu
 from ..engine import Engine, resolve_engine
 from ..errors import RecipeError
 from . import build as builds
-from . import checks, claims, experiments, model, read, record, sources, values
+from . import checks, claims, experiments, lock, model, read, record, sources, values
 
 
 def listing(root: Path = read.RECIPES) -> str:
@@ -80,7 +79,7 @@ def _record(recipe: model.Recipe, folder: Path, cases: list[experiments.Case], b
     env_ = built.env
     verdicts = claims.judge(recipe, cases, gpu_name=(about["gpu"] or {}).get("name"))
     labels = builds.verified_image(recipe, built.image_id, eng)
-    lock = json.loads((values.context_dir(recipe.name) / "lock.json").read_text())
+    made_of = lock.read_record(recipe.name)
     provenance = {
         "recipe": recipe.name, "paper": vars(recipe.paper), "quick": quick, "select": k,
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "argv": sys.argv, "machine": about, "engine": eng.name,
@@ -88,7 +87,7 @@ def _record(recipe: model.Recipe, folder: Path, cases: list[experiments.Case], b
                   "base_lock_sha256": eng.labels(env_.base).get("kernellab.lock-sha256"),
                   "recipe_sha256": labels.get("kernellab.recipe-sha256"),
                   "recipe_lock_sha256": labels.get("kernellab.recipe-lock-sha256")},
-        "sources": lock["sources"], "patches": lock["patches"], "values": env_.values,
+        "sources": made_of["sources"], "patches": made_of["patches"], "values": env_.values,
     }
     units = {m.name: m.unit for e in recipe.experiments for m in e.metrics}
     record.write(folder, provenance=provenance, cases=cases, verdicts=verdicts, units=units)
