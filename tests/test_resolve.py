@@ -86,12 +86,14 @@ def test_torch_index_can_be_disabled_for_mirrors():
 # --------------------------------------------------------------------------- refusals
 
 @pytest.mark.parametrize("cuda,gpu,expect", [
-    ("10.2", "h100", "the oldest CUDA in the matrix that can target it is 11.8; use --cuda 11.8"),
-    ("11.7", "h100", "the oldest CUDA in the matrix that can target it is 11.8; use --cuda 11.8"),
-    ("13.0", "v100", "the newest CUDA in the matrix that can target it is 12.9; use --cuda 12.9"),
-    ("12.4", "b200", "the oldest CUDA in the matrix that can target it is 12.8; use --cuda 12.8"),
-    ("12.6", "rtx5090", "the oldest CUDA in the matrix that can target it is 12.8; use --cuda 12.8"),
-    ("12.1", "k80", "the newest CUDA in the matrix that can target it is 11.8; use --cuda 11.8"),
+    ("10.2", "h100", "sm_90 needs CUDA 11.8 or newer (the oldest CUDA in the matrix that can target it is 11.8); "
+                     "the nearest valid pins: --cuda 11.8"),
+    ("11.7", "h100", "sm_90 needs CUDA 11.8 or newer"),
+    ("13.0", "v100", "sm_70 needs CUDA 12.9 or older (the newest CUDA in the matrix that can target it is 12.9); "
+                     "the nearest valid pins: --cuda 12.9"),
+    ("12.4", "b200", "the nearest valid pins: --cuda 12.8"),
+    ("12.6", "rtx5090", "the nearest valid pins: --cuda 12.8"),
+    ("12.1", "k80", "the nearest valid pins: --cuda 11.8"),
 ])
 def test_refuses_an_arch_the_toolkit_cannot_target(cuda, gpu, expect):
     msg = refuse(cuda=cuda, gpu=gpu)
@@ -130,11 +132,11 @@ def test_refuses_deleted_base_images_with_a_way_out():
 
 
 @pytest.mark.parametrize("kw,listed", [
-    (dict(cuda="12.3", gpu="a100"), "known: 10.2, 11.7, 11.8, 12.1"),
+    (dict(cuda="12.3", gpu="a100"), "known: 10.2, 11.0, 11.1, 11.2, 11.3, 11.4, 11.5, 11.6, 11.7, 11.8, 12.1"),
     (dict(cuda="12.1", gpu="x999"), "known GPUs: k80 (3.7)"),
-    (dict(cuda="12.1", gpu="a100", torch="9.9"), "known: 2.1.2, 2.2.2"),
+    (dict(cuda="12.1", gpu="a100", torch="9.9"), "known: 1.8.0, 1.8.1, 1.9.1, 1.10.2"),
     (dict(target="nope"), "known targets: "),
-    (dict(cuda="12.1", gpu="a100", llvm="99"), "known: 10, 11"),
+    (dict(cuda="12.1", gpu="a100", llvm="99"), "known: 6.0, 7, 8, 9, 10, 11"),
 ])
 def test_unknown_versions_list_the_known_ones(kw, listed):
     assert listed in refuse(**kw)
@@ -161,17 +163,19 @@ def test_nothing_is_suggested_when_nothing_is_close():
 
 
 def test_arch_refusals_state_only_what_the_matrix_knows():
-    # sm_86 support started with CUDA 11.1; the matrix's oldest that can target it is 11.7.
+    # sm_86 support started with CUDA 11.1, the matrix's oldest that can target it.
     msg = refuse(cuda="10.2", gpu="3090")
-    assert "the oldest CUDA in the matrix that can target it is 11.7; use --cuda 11.7" in msg
+    assert "sm_86 needs CUDA 11.1 or newer (the oldest CUDA in the matrix that can target it is 11.1)" in msg
     assert "starts with" not in msg and "support for" not in msg
     msg = refuse(cuda="13.0", gpu="v100")
-    assert "the newest CUDA in the matrix that can target it is 12.9; use --cuda 12.9" in msg and "ends with" not in msg
+    assert "the newest CUDA in the matrix that can target it is 12.9); the nearest valid pins: --cuda 12.9" in msg
+    assert "ends with" not in msg
     # A toolkit between two that can: the matrix's versions are listed, nothing is claimed about the rest.
     cuda = {k: dataclasses.replace(c, archs=tuple(a for a in c.archs if a != "8.0")) if k in ("12.1", "12.4") else c
             for k, c in M.cuda.items()}
     msg = refuse_in(dataclasses.replace(M, cuda=cuda), cuda="12.4", gpu="a100")
-    assert "the CUDA versions in the matrix that can target it are 11.7, 11.8, 12.6, 12.8, 12.9, 13.0" in msg
+    assert "the CUDA versions in the matrix that can target it are 11.0, 11.1, 11.2, 11.3, 11.4, 11.5, 11.6, 11.7, " \
+           "11.8, 12.6, 12.8, 12.9, 13.0" in msg
 
 
 def refuse_in(matrix, **kw) -> str:
@@ -266,3 +270,48 @@ def test_dry_run_prints_the_spec_and_the_dockerfile_without_docker():
                                                                      "DOCKER_HOST": "unix:///nonexistent.sock"})
     assert p.returncode == 0, p.stderr
     assert "torch       2.6.0 (cu124)" in p.stdout and "FROM nvidia/cuda:12.4.1-cudnn-devel-ubuntu22.04" in p.stdout
+
+
+# --------------------------------------------------------------------------- paper-era stacks (2020-2023)
+
+def test_bytetransformers_own_environment_resolves():
+    s = resolve(M, cuda="11.6", torch="1.13.0", python="3.9", gpu="a100")
+    assert (s.cuda_full, s.torch, s.torch_variant, s.python, s.os) == ("11.6.2", "1.13.0", "cu116", "3.9", "ubuntu20.04")
+    assert s.base == "nvidia/cuda:11.6.2-cudnn8-devel-ubuntu20.04" and s.torch_requirement == "torch==1.13.0+cu116"
+    assert s.torch_index == "https://download.pytorch.org/whl/cu116"  # cu117 is PyPI's; cu116 only the index's
+
+
+def test_the_mlsys22_artifacts_environment_resolves_on_an_older_minors_wheel():
+    s = resolve(M, cuda="11.3", torch="1.8.0", python="3.8", gpu="3090")
+    assert (s.cuda, s.torch, s.torch_variant, s.python, s.ccs) == ("11.3", "1.8.0", "cu111", "3.8", ("8.6",))
+    assert any("PyTorch 1.8.0 has no cu113 wheel: its cu111 wheel" in w for w in s.warnings)
+    assert any("only on PyTorch's own index (https://download.pytorch.org/whl/cu111)" in w for w in s.warnings)
+    assert resolve(M, cuda="11.3", torch="1.8.0", python="3.8", gpu="3090", ubuntu="18.04").os == "ubuntu18.04"
+
+
+def test_faiths_pins_on_an_rtx_3090_are_refused_naming_the_nearest_valid_ones():
+    msg = refuse(cuda="10.2", torch="1.6", gpu="3090")
+    assert msg.startswith("CUDA 10.2 cannot target A10 / A40 / RTX 30 (sm_86): sm_86 needs CUDA 11.1 or newer")
+    assert "the nearest valid pins: --cuda 11.1 --torch 1.8.1" in msg
+
+
+def test_without_a_pin_the_toolkits_own_wheel_is_chosen_never_an_older_minors():
+    s = resolve(M, cuda="11.3", gpu="3090")
+    assert s.torch_variant == "cu113" and s.torch == "1.12.1"
+    assert not any("wheel:" in w for w in s.warnings)
+
+
+def test_llvm_as_a_library_is_not_held_against_cudas_clang_limit():
+    # TVM 0.7 links LLVM 10 (llvm-config); nvcc compiles the CUDA: no clang warning for the paper's target.
+    assert not any("clang" in w for w in resolve(M, target="tvm07-paper").warnings)
+    # The same pins with clang as the CUDA compiler (the default role) are warned about.
+    s = resolve(M, cuda="11.8", gpu="a100", ubuntu="20.04", llvm="10", torch="2.1.2", python="3.8")
+    assert any("clang 10 compiles CUDA only up to 10.1 as a CUDA compiler" in w for w in s.warnings)
+
+
+def test_an_unknown_llvm_role_is_one_sentence():
+    from kernellab.errors import ConfigError
+    from kernellab.targets import parse_target
+
+    with pytest.raises(ConfigError, match=r"`llvm_role` must be \"library\" .* or \"cuda\" .*, not str 'both'"):
+        parse_target("x", {"llvm": "10", "llvm_role": "both"})

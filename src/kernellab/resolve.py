@@ -61,7 +61,7 @@ def resolve(
     req = kinds.Request(
         target=target, gpus=choose.gpus(matrix, _list_arg(gpu) or _list_arg(t.gpu)),
         cuda=cuda or t.cuda, torch=torch or t.torch, python=python or t.python,
-        llvm=str(llvm) if llvm is not None else t.llvm, gcc=gcc_major,
+        llvm=str(llvm) if llvm is not None else t.llvm, llvm_role=t.llvm_role, gcc=gcc_major,
         os=("ubuntu" + ubuntu if ubuntu else os) or t.os, toolkit=toolkit or t.toolkit,
         base=base_image or t.base, base_facts=base_facts, pip=t.pip, apt=t.apt, with_extras=t.extras,
         description=t.description,

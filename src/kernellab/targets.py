@@ -133,6 +133,7 @@ class Target:
     torch: str | None = None
     python: str | None = None
     llvm: str | None = None
+    llvm_role: str = "cuda"            # "cuda": clang compiles CUDA (checked against CUDA); "library": llvm-config only
     gcc: int | None = None
     os: str | None = None
     base: str | None = None            # an image with PyTorch, or an OS base such as debootstrap:<suite>
@@ -146,7 +147,8 @@ class Target:
 
 #: The keys a [target.NAME] table may have.
 TARGET_KEYS = tuple(f.name for f in fields(Target) if f.name != "name")
-_STRING_KEYS = ("description", "cuda", "torch", "python", "llvm", "os", "base", "toolkit")
+_STRING_KEYS = ("description", "cuda", "torch", "python", "llvm", "llvm_role", "os", "base", "toolkit")
+LLVM_ROLES = ("cuda", "library")
 _VERSION_KEYS = ("cuda", "torch", "python", "llvm")
 _DEFAULT_FOR = ("cpu", "gpu")
 
@@ -168,6 +170,9 @@ def parse_target(name: str, table: Any) -> Target:
                 why = " (quote versions: as a number, 3.10 is 3.1)" if key in _VERSION_KEYS else ""
                 raise ConfigError(f"{where}: `{key}` must be a string such as {key} = \"{_example(key)}\", "
                                   f"not {_shown(value)}{why}.")
+            if key == "llvm_role" and value not in LLVM_ROLES:
+                raise ConfigError(f"{where}: `llvm_role` must be \"library\" (LLVM as a library: llvm-config, as TVM "
+                                  f"uses it) or \"cuda\" (clang as a CUDA compiler), not {_shown(value)}.")
         elif key == "gcc":
             if isinstance(value, str) and value.isdigit():
                 value = int(value)

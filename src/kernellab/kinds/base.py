@@ -27,6 +27,7 @@ class Request:
     torch: str | None = None
     python: str | None = None
     llvm: str | None = None
+    llvm_role: str = "cuda"
     gcc: int | None = None
     os: str | None = None
     toolkit: str | None = None

@@ -88,8 +88,10 @@ def cuda(matrix: Matrix, version: str) -> Cuda:
     raise ResolveError(f"unknown CUDA version `{v}`{did_you_mean(v, matrix.cuda)}; known: {known(matrix.cuda)}.")
 
 
-def cuda_for(matrix: Matrix, requested: str | None, gpus: Sequence[Gpu]) -> Cuda:
-    """The requested CUDA, else the newest that targets every GPU and has a base image or PyPI toolkit."""
+def cuda_for(matrix: Matrix, requested: str | None, gpus: Sequence[Gpu], torch: str | None = None) -> Cuda:
+    """The requested CUDA, else the newest that targets every GPU and has a base image or PyPI toolkit.
+
+    torch: the requested PyTorch, so that a refusal can name pins that go together."""
     if requested:
         chosen = cuda(matrix, requested)
     else:
@@ -98,12 +100,13 @@ def cuda_for(matrix: Matrix, requested: str | None, gpus: Sequence[Gpu]) -> Cuda
             raise ResolveError(f"no CUDA version in the matrix can target all of {', '.join(g.key for g in gpus)}; "
                                f"build separate images.")
         chosen = max(able, key=lambda c: vkey(c.version))
-    check_archs(matrix, chosen, gpus)
+    check_archs(matrix, chosen, gpus, torch)
     return chosen
 
 
-def check_archs(matrix: Matrix, cuda: Cuda, gpus: Sequence[Gpu]) -> None:
-    """Refuse a GPU the toolkit cannot emit code for, saying only what the matrix knows."""
+def check_archs(matrix: Matrix, cuda: Cuda, gpus: Sequence[Gpu], torch: str | None = None) -> None:
+    """Refuse a GPU the toolkit cannot emit code for, saying only what the matrix knows, and naming the nearest
+    pins that can (a PyTorch near the requested one with a wheel for that CUDA)."""
     for g in gpus:
         if g.cc in cuda.archs:
             continue
@@ -111,12 +114,42 @@ def check_archs(matrix: Matrix, cuda: Cuda, gpus: Sequence[Gpu]) -> None:
         if not able:
             raise ResolveError(f"no CUDA version in the matrix can target {g.name} ({g.sm}); add one to docker/matrix.toml.")
         if vkey(cuda.version) > vkey(able[-1]):
-            hint = f"the newest CUDA in the matrix that can target it is {able[-1]}; use --cuda {able[-1]}"
+            nearest = able[-1]
+            why = f"{g.sm} needs CUDA {nearest} or older (the newest CUDA in the matrix that can target it is {nearest})"
         elif vkey(cuda.version) < vkey(able[0]):
-            hint = f"the oldest CUDA in the matrix that can target it is {able[0]}; use --cuda {able[0]}"
+            nearest = able[0]
+            why = f"{g.sm} needs CUDA {nearest} or newer (the oldest CUDA in the matrix that can target it is {nearest})"
         else:
-            hint = f"the CUDA versions in the matrix that can target it are {known(able)}; use one of those"
-        raise ResolveError(f"CUDA {cuda.version} cannot target {g.name} ({g.sm}): {hint}, or drop that GPU.")
+            raise ResolveError(f"CUDA {cuda.version} cannot target {g.name} ({g.sm}): the CUDA versions in the matrix "
+                               f"that can target it are {known(able)}; use one of those, or drop that GPU.")
+        pins = f"--cuda {nearest}"
+        if torch and not no_torch(torch):
+            near = nearest_torch(matrix, matrix.cuda[nearest], torch)
+            pins += f" --torch {near.version}" if near else ""
+        raise ResolveError(f"CUDA {cuda.version} cannot target {g.name} ({g.sm}): {why}; the nearest valid pins: "
+                           f"{pins}, or drop that GPU.")
+
+
+def nearest_torch(matrix: Matrix, cuda: Cuda, requested: str) -> Torch | None:
+    """The PyTorch release closest to `requested` that has a wheel for this CUDA (its own or an older minor's)."""
+    want = (vkey(requested) + (0, 0))[:2]
+
+    def distance(t: Torch) -> tuple[int, tuple[int, ...]]:
+        have = (vkey(t.version) + (0, 0))[:2]
+        return abs(have[0] - want[0]) * 100 + abs(have[1] - want[1]), tuple(-x for x in vkey(t.version))
+
+    return min((t for t in matrix.torch.values() if wheel_variant(t, cuda)), key=distance, default=None)
+
+
+def wheel_variant(torch: Torch, cuda: Cuda) -> str | None:
+    """The wheel variant of `torch` for this toolkit: its own (cu113 for 11.3), else the newest of the same CUDA major
+    and an older minor (cu111 for 11.3: extensions compile, since torch checks only nvcc's major), else None."""
+    if cuda.variant in torch.variants:
+        return cuda.variant
+    major, minor = (int(x) for x in cuda.version.split(".")[:2])
+    same = [v for v in torch.variants if v.startswith(f"cu{major}") and len(v) == len(cuda.variant)
+            and int(v[2 + len(str(major)):] or 0) <= minor]
+    return max(same, key=lambda v: int(v[2:]), default=None)
 
 
 # --------------------------------------------------------------------------- PyTorch
@@ -129,7 +162,12 @@ def no_torch(requested: str | None) -> bool:
     return str(requested or "").strip().lower() == NO_TORCH
 
 
-def torch_for(matrix: Matrix, variant: str, requested: str | None, what: str) -> Torch:
+def torch_for(matrix: Matrix, cuda: Cuda | None, requested: str | None, what: str,
+              warnings: list[str] | None = None) -> tuple[Torch, str]:
+    """(PyTorch, its wheel variant) for a toolkit (None: CPU). Without a request, the newest release with a wheel
+    for exactly this toolkit; a requested release may use an older minor's wheel of the same CUDA major (said in
+    `warnings`), as a paper's `torch==1.8.0` on CUDA 11.3 uses cu111."""
+    variant = cuda.variant if cuda else "cpu"
     having = [t for t in matrix.torch.values() if variant in t.variants]
     if requested:
         req = str(requested).strip()
@@ -138,16 +176,21 @@ def torch_for(matrix: Matrix, variant: str, requested: str | None, what: str) ->
             raise ResolveError(f"unknown PyTorch version `{req}`{did_you_mean(req, matrix.torch)}; "
                                f"known: {known(matrix.torch)}.")
         chosen = max(matches, key=lambda t: vkey(t.version))
-        if variant not in chosen.variants:
+        found = wheel_variant(chosen, cuda) if cuda else (variant if variant in chosen.variants else None)
+        if found is None:
             alt = f"PyTorch with {variant} wheels: {span([t.version for t in having])}" if having else \
                   f"no PyTorch release has {variant} wheels"
             raise ResolveError(
                 f"PyTorch {chosen.version} has no wheel for {what} (published: {', '.join(chosen.variants)}); {alt}.")
-        return chosen
+        if found != variant and warnings is not None:
+            warnings.append(f"PyTorch {chosen.version} has no {variant} wheel: its {found} wheel (CUDA {found[2:-1]}."
+                            f"{found[-1]} runtime) with the CUDA {cuda.version if cuda else ''} toolkit; extensions "
+                            f"compile (same CUDA major)")
+        return chosen, found
     if not having:
         raise ResolveError(f"no PyTorch release in the matrix publishes {variant} wheels for {what}; "
                            f"choose another CUDA version.")
-    return max(having, key=lambda t: vkey(t.version))
+    return max(having, key=lambda t: vkey(t.version)), variant
 
 
 def check_torch_archs(torch: Torch, variant: str, gpus: Sequence[Gpu]) -> None:
@@ -163,7 +206,7 @@ def check_torch_archs(torch: Torch, variant: str, gpus: Sequence[Gpu]) -> None:
 
 def torch_requirement(torch: Torch, variant: str) -> str:
     """Exact requirement: a non-default variant by its local version, so no other build can match."""
-    if variant == torch.pypi_default:
+    if torch.pypi_default and variant == torch.pypi_default:
         return f"torch=={torch.version}"
     return f"torch=={torch.version}+{variant}"
 
@@ -225,7 +268,10 @@ def gcc(os_: Os, cuda: Cuda | None, requested: int | None) -> int:
     return max(fits)
 
 
-def llvm(matrix: Matrix, os_: Os, cuda: Cuda | None, requested: str | None, warnings: list[str]) -> str | None:
+def llvm(matrix: Matrix, os_: Os, cuda: Cuda | None, requested: str | None, warnings: list[str],
+         role: str = "cuda") -> str | None:
+    """The LLVM (clang) version; only clang as a CUDA compiler (role "cuda") is held against the CUDA it compiles:
+    as a library (role "library": llvm-config, as TVM links it) any version goes with any toolkit."""
     if requested in (None, ""):
         return max(os_.llvm, key=vkey) if os_.llvm else None
     v = str(requested).strip()
@@ -237,7 +283,7 @@ def llvm(matrix: Matrix, os_: Os, cuda: Cuda | None, requested: str | None, warn
     if v not in os_.llvms:
         raise ResolveError(f"LLVM {v} is not packaged for {os_.key} (available: {known(os_.llvms)}); "
                            f"choose one of those or another --ubuntu.")
-    if cuda and vkey(matrix.llvm[v]) < vkey(cuda.version):
+    if role == "cuda" and cuda and vkey(matrix.llvm[v]) < vkey(cuda.version):
         warnings.append(f"clang {v} compiles CUDA only up to {matrix.llvm[v]} as a CUDA compiler; "
                         f"nvcc is unaffected")
     return v

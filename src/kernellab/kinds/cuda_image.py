@@ -36,23 +36,27 @@ class CudaKind(Kind):
 
     def resolve(self, matrix: Matrix, req: Request) -> Spec:
         gpus = req.gpus or ()
-        cuda = choose.cuda_for(matrix, req.cuda, gpus)
+        cuda = choose.cuda_for(matrix, req.cuda, gpus, req.torch)
         os_, base, cudnn = self.toolchain(matrix, req, cuda, gpus)
         if choose.no_torch(req.torch):  # the toolkit alone: nvcc, no PyTorch
             return self._without_torch(matrix, req, cuda, gpus, os_, base, cudnn)
-        torch = choose.torch_for(matrix, cuda.variant, req.torch, f"CUDA {cuda.version}")
-        choose.check_torch_archs(torch, cuda.variant, gpus)
+        warnings: list[str] = []
+        torch, variant = choose.torch_for(matrix, cuda, req.torch, f"CUDA {cuda.version}", warnings)
+        choose.check_torch_archs(torch, variant, gpus)
         py = choose.python(os_, torch, req.python)
         gcc = choose.gcc(os_, cuda, req.gcc)
-        warnings: list[str] = []
-        llvm = choose.llvm(matrix, os_, cuda, req.llvm, warnings)
+        llvm = choose.llvm(matrix, os_, cuda, req.llvm, warnings, req.llvm_role)
+        if not torch.pypi_default:
+            where = index_url(matrix.torch_index, torch, variant) or "your pip configuration"
+            warnings.append(f"PyTorch {torch.version} is only on PyTorch's own index ({where}), not on PyPI: the "
+                            f"build fetches it from there, or from a mirror of it in your pip configuration")
         return Spec(
             kind=self.name, target=req.target, gpus=tuple(g.key for g in gpus), ccs=choose.ccs(gpus),
             cuda=cuda.version, cuda_full=cuda.full, cudnn=cudnn, min_driver=cuda.min_driver,
-            torch=torch.version, torch_variant=cuda.variant, python=py, os=os_.key, base=base, gcc=gcc,
+            torch=torch.version, torch_variant=variant, python=py, os=os_.key, base=base, gcc=gcc,
             llvm=llvm, triton=torch.triton, pip_toolkit=self.pip_toolkit(cuda), cuda_home=self.cuda_home(cuda, py),
-            torch_index=index_url(matrix.torch_index, torch, cuda.variant),
-            torch_requirement=choose.torch_requirement(torch, cuda.variant), warnings=tuple(warnings),
+            torch_index=index_url(matrix.torch_index, torch, variant),
+            torch_requirement=choose.torch_requirement(torch, variant), warnings=tuple(warnings),
             **req.extras(matrix),
         )
 
@@ -64,7 +68,7 @@ class CudaKind(Kind):
             kind=self.name, target=req.target, gpus=tuple(g.key for g in gpus), ccs=choose.ccs(gpus),
             cuda=cuda.version, cuda_full=cuda.full, cudnn=cudnn, min_driver=cuda.min_driver,
             torch=None, torch_variant=choose.NO_TORCH, python=choose.python(os_, None, req.python), os=os_.key,
-            base=base, gcc=choose.gcc(os_, cuda, req.gcc), llvm=choose.llvm(matrix, os_, cuda, req.llvm, warnings),
+            base=base, gcc=choose.gcc(os_, cuda, req.gcc), llvm=choose.llvm(matrix, os_, cuda, req.llvm, warnings, req.llvm_role),
             triton=None, pip_toolkit=self.pip_toolkit(cuda), cuda_home=self.cuda_home(cuda, os_.python),
             torch_index=None, torch_requirement="", warnings=tuple(warnings), **req.extras(matrix),
         )

@@ -82,7 +82,7 @@ class DebootstrapCpu(OsBase):
         if choose.no_torch(req.torch):
             raise ResolveError("`--torch none` is for a CUDA toolkit image (nvcc alone); a CPU image is PyTorch's.")
         os_ = choose.os_(matrix, req.os or choose.os_for_base(matrix, req.base or DEFAULT_BASE))
-        torch = choose.torch_for(matrix, "cpu", req.torch, "CPU")
+        torch, _ = choose.torch_for(matrix, None, req.torch, "CPU")
         py = choose.python(os_, torch, req.python)
         warnings: list[str] = []
         return Spec(
