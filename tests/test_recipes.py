@@ -288,7 +288,7 @@ def test_a_machine_short_of_what_the_code_needs_is_refused_in_one_sentence(monke
         checks.check_host(recipe, gpus=[_gpu()])
     monkeypatch.setattr(checks, "host_ram_gb", lambda: 64.0)
     monkeypatch.setattr(checks, "free_disk_gb", lambda path: 3.0)
-    with pytest.raises(RecipeError, match=r"needs 20 GB free for its build and .* has 3.0 GB"):
+    with pytest.raises(RecipeError, match=r"needs 6 GB free for its build \(beyond its target image\) and .* has 3.0 GB"):
         checks.check_host(recipe, gpus=[_gpu()], disk=tmp_path)
 
 

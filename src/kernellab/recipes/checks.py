@@ -52,8 +52,9 @@ def check_host(recipe: Recipe, *, gpus: Sequence[HostGpu], disk: Path | None = N
         raise RecipeError(f"recipe {recipe.name} needs {req.ram_gb:g} GB of host RAM and this machine has "
                           f"{host_ram_gb():.1f} GB; run it on a larger machine (or `--on slurm`).")
     if req.disk_gb and disk is not None and free_disk_gb(disk) < req.disk_gb:
-        raise RecipeError(f"recipe {recipe.name} needs {req.disk_gb:g} GB free for its build and {disk} has "
-                          f"{free_disk_gb(disk):.1f} GB; free some (`docker system prune`) or move the engine's data.")
+        raise RecipeError(f"recipe {recipe.name} needs {req.disk_gb:g} GB free for its build (beyond its target "
+                          f"image) and {disk} has {free_disk_gb(disk):.1f} GB; free some (`docker system prune`) or "
+                          f"move the engine's data.")
     if not req.archs:
         return notes
     if not gpus:
