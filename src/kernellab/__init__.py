@@ -19,3 +19,9 @@ def cache_root() -> Path:
 def pythonpath() -> str:
     """PYTHONPATH for a child Python that must import this kernellab: its src/ first, then the caller's."""
     return os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))
+
+
+def shown(path: Path) -> str:
+    """A path as the user knows it: relative to the repository when inside it."""
+    resolved = Path(path).resolve()
+    return str(resolved.relative_to(ROOT)) if resolved.is_relative_to(ROOT) else str(path)

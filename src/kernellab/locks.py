@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 from typing import IO, Any, Literal
 
-from . import ROOT, debian
+from . import debian, shown
 from .errors import BuildError
 from .spec import Spec
 from .targets import DOCKER_DIR
@@ -39,15 +39,11 @@ def lock_digest(lock: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(lock, sort_keys=True).encode()).hexdigest()
 
 
-def _shown(path: Path) -> str:
-    return str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)
-
-
 def read_lock(spec: Spec, lock_dir: Path = LOCK_DIR) -> dict[str, Any]:
     """The lock for spec, or BuildError: none, not a lock, or made for another spec."""
     path = lock_path(spec, lock_dir)
     if not path.exists():
-        raise BuildError(f"no lock at {_shown(path)}; build once without --locked to create it.")
+        raise BuildError(f"no lock at {shown(path)}; build once without --locked to create it.")
     lock = _load(path)
     changed = _differs(lock, spec)
     if changed:
@@ -85,11 +81,11 @@ def choose(spec: Spec, mode: Mode, lock_dir: Path, out: IO[str]) -> dict[str, An
     try:
         lock = _load(path)
     except BuildError:
-        out.write(f"note: {_shown(path)} is not a kernellab lock: resolving afresh; it will be rewritten.\n")
+        out.write(f"note: {shown(path)} is not a kernellab lock: resolving afresh; it will be rewritten.\n")
         return None
     changed = _differs(lock, spec)
     if changed:
-        out.write(f"note: {_shown(path)} was made for another spec (differs in: {', '.join(changed)}): "
+        out.write(f"note: {shown(path)} was made for another spec (differs in: {', '.join(changed)}): "
                   f"resolving afresh; it will be rewritten.\n")
         return None
     return lock

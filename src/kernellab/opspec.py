@@ -15,7 +15,7 @@ from pathlib import Path
 from types import CodeType
 from typing import Any, Callable
 
-from . import ROOT, tolerances
+from . import ROOT, shown, tolerances
 from .errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -268,7 +268,7 @@ def find_op(root: Path, expr: str) -> Path:
     shows the error and waits for the fix.
     """
     if not root.is_dir():
-        raise ConfigError(f"no kernels folder at {_shown(root)}; run from a kernellab checkout or pass --kernels DIR.")
+        raise ConfigError(f"no kernels folder at {shown(root)}; run from a kernellab checkout or pass --kernels DIR.")
     names = op_names(root)
     if expr in names:
         return root / expr
@@ -280,12 +280,4 @@ def find_op(root: Path, expr: str) -> Path:
                           f"name it, or narrow the expression (e.g. -k '{matched[0]} and not {matched[1]}').")
     close = difflib.get_close_matches(expr, names, n=1)
     hint = f" (did you mean {close[0]}?)" if close else ""
-    raise ConfigError(f"no op named `{expr}` in {_shown(root)}/{hint}; the ops are: {', '.join(names) or 'none'}.")
-
-
-def _shown(path: Path) -> str:
-    """A path as the user knows it: relative to the repository when inside it."""
-    try:
-        return str(path.resolve().relative_to(ROOT))
-    except ValueError:
-        return str(path)
+    raise ConfigError(f"no op named `{expr}` in {shown(root)}/{hint}; the ops are: {', '.join(names) or 'none'}.")

@@ -76,12 +76,19 @@ class Container:
                               env=dict(job.env) or None)
 
 
-def in_workspace(path: Path) -> str:
-    """A repository path as a container sees it; UsageError for one outside the repository."""
+def in_repository(path: Path) -> str:
+    """A repository path relative to the repository's root (a container's /workspace, a cluster task's working
+    folder); UsageError for one outside the repository."""
     if not path.is_relative_to(ROOT):
         raise UsageError(f"{path} is outside the repository, which is all the container sees; "
                          "move it under the repository or use --native.")
-    return f"{containers.WORKSPACE}/{path.relative_to(ROOT)}" if path != ROOT else containers.WORKSPACE
+    return path.relative_to(ROOT).as_posix()
+
+
+def in_workspace(path: Path) -> str:
+    """A repository path as a container sees it; UsageError for one outside the repository."""
+    rel = in_repository(path)
+    return containers.WORKSPACE if rel == "." else f"{containers.WORKSPACE}/{rel}"
 
 
 @dataclass(frozen=True)
@@ -118,10 +125,8 @@ class Cluster:
 
 def cluster_command(job: Job) -> tuple[str, ...]:
     """A job as one task per GPU type runs it (from /workspace), writing its results where the task gathers them."""
-    argv = [in_workspace(Path(a)).removeprefix(containers.WORKSPACE + "/") if i in job.paths else a
-            for i, a in enumerate(job.argv)]
-    line = shlex.join(argv)
-    if job.results and job.results not in argv:
+    line = shlex.join(job.with_paths(in_repository))
+    if job.results and job.results not in job.argv:
         line += f' {job.results} "$KERNELLAB_RESULTS"'
     return ("bash", "-c", line)
 

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import ROOT, nvtools, proc, profilereport, pythonpath
+from . import ROOT, nvtools, proc, profilereport, pythonpath, shown
 from .errors import ConfigError, KernellabError, ProfileError
 from .ncu import RANGE, SETS, check_regex, explain_failure, import_argv, ncu_argv, ncu_version, parse_raw_csv, summarize
 from .opspec import KERNELS, OpSpec, find_op, parse_spec
@@ -268,15 +268,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kernellab: {e}", file=sys.stderr)
         return e.exit_code
     print((folder / profilereport.SUMMARY).read_text(), end="")
-    print(f"profile: {_shown(folder)}/ (summary.md, profile.json and the reports)")
+    print(f"profile: {shown(folder)}/ (summary.md, profile.json and the reports)")
     return 0
-
-
-def _shown(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(ROOT))
-    except ValueError:
-        return str(path)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import IO, Any, Iterable
 
-from . import ROOT
+from . import shown
 from .errors import KernellabError
 from .opspec import KERNELS, find_op
 from .watchresult import Trigger
@@ -85,7 +85,7 @@ def serve(root: Path, name: str, *, bench: bool = False, out: IO[str] | None = N
     paths = [folder, *([common] if common.is_dir() else [])]
     tty = out.isatty() and os.environ.get("TERM") != "dumb"
     say = _Say(out, tty)
-    say.line(f"watch: {name}: {', '.join(_shown(p) + '/' for p in paths)}; Ctrl-C stops")
+    say.line(f"watch: {name}: {', '.join(shown(p) + '/' for p in paths)}; Ctrl-C stops")
     running: Round | None = None
     standby: Round | None = None
     previous = {sig: signal.getsignal(sig) for sig in _STOPS}
@@ -202,13 +202,6 @@ def _relative(path: str, root: Path) -> str:
     return path
 
 
-def _shown(path: Path) -> str:
-    """A path as the user knows it: relative to the repository when inside it."""
-    with contextlib.suppress(ValueError):
-        return str(path.resolve().relative_to(ROOT))
-    return str(path)
-
-
 def _signal_name(number: int) -> str:
     try:
         return signal.Signals(number).name
@@ -261,4 +254,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-

@@ -110,8 +110,7 @@ class Engine:
             return ref
         found = self.find_image(ref)
         if found is None:
-            self.must_inspect(ref)  # raises, saying what to do
-        assert found is not None
+            raise EngineError(self._no_image(ref))
         return found
 
     def exists(self, ref: str) -> bool:
@@ -120,9 +119,12 @@ class Engine:
     def must_inspect(self, ref: str) -> dict[str, Any]:
         image = self.inspect(ref)
         if image is None:
-            raise EngineError(f"the {self.name} engine has no image {ref}; build it (`invoke build-image`) or "
-                              f"load it (`invoke import-image DIR`), then check `{self.name} images`.")
+            raise EngineError(self._no_image(ref))
         return image
+
+    def _no_image(self, ref: str) -> str:
+        return (f"the {self.name} engine has no image {ref}; build it (`invoke build-image`) or load it "
+                f"(`invoke import-image DIR`), then check `{self.name} images`.")
 
     def image_id(self, ref: str) -> str:
         return str(self.must_inspect(ref)["Id"])

@@ -182,10 +182,10 @@ def torch_for(matrix: Matrix, cuda: Cuda | None, requested: str | None, what: st
                   f"no PyTorch release has {variant} wheels"
             raise ResolveError(
                 f"PyTorch {chosen.version} has no wheel for {what} (published: {', '.join(chosen.variants)}); {alt}.")
-        if found != variant and warnings is not None:
+        if cuda and found != variant and warnings is not None:
             warnings.append(f"PyTorch {chosen.version} has no {variant} wheel: its {found} wheel (CUDA {found[2:-1]}."
-                            f"{found[-1]} runtime) with the CUDA {cuda.version if cuda else ''} toolkit; extensions "
-                            f"compile (same CUDA major)")
+                            f"{found[-1]} runtime) with the CUDA {cuda.version} toolkit; extensions compile (same "
+                            f"CUDA major)")
         return chosen, found
     if not having:
         raise ResolveError(f"no PyTorch release in the matrix publishes {variant} wheels for {what}; "

@@ -18,6 +18,7 @@ import shutil
 from pathlib import Path
 from typing import IO, Any, Literal
 
+from .. import shown
 from ..errors import RecipeError
 from . import values
 from .model import Recipe
@@ -33,13 +34,6 @@ def path(recipe: Recipe, target: str) -> Path:
     return recipe.folder / FOLDER / f"{target}.json"
 
 
-def _shown(p: Path) -> str:
-    try:
-        return str(p.relative_to(Path.cwd()))
-    except ValueError:
-        return str(p)
-
-
 def read(recipe: Recipe, target: str) -> dict[str, Any] | None:
     p = path(recipe, target)
     if not p.is_file():
@@ -49,7 +43,7 @@ def read(recipe: Recipe, target: str) -> dict[str, Any] | None:
         if not isinstance(lock.get("pip"), dict) or not isinstance(lock.get("requirements"), list):
             raise ValueError("needs `requirements` (a list) and `pip` (a table)")
     except ValueError as e:
-        raise RecipeError(f"{_shown(p)} is not a recipe lock ({e}); delete it or build with --update.") from None
+        raise RecipeError(f"{shown(p)} is not a recipe lock ({e}); delete it or build with --update.") from None
     return dict(lock)
 
 
@@ -58,7 +52,7 @@ def pins(recipe: Recipe, target: str, mode: Mode, out: IO[str]) -> list[str] | N
     if not recipe.pip or mode == "update":
         return None
     lock = read(recipe, target)
-    where = _shown(path(recipe, target))
+    where = shown(path(recipe, target))
     if lock is None:
         if mode == "strict":
             raise RecipeError(f"--locked: recipe {recipe.name} has no lock for target {target} ({where}); build it "

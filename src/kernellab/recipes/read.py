@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from .. import ROOT
+from .. import ROOT, shown
 from ..errors import RecipeError
 from .model import (
     BETTER,
@@ -69,15 +69,8 @@ def load_folder(folder: Path, name: str) -> Recipe:
     try:
         data = tomllib.loads(file.read_text())
     except tomllib.TOMLDecodeError as e:
-        raise RecipeError(f"{_shown_path(file)} is not valid TOML: {e}.") from None
+        raise RecipeError(f"{shown(file)} is not valid TOML: {e}.") from None
     return parse(name, folder, data)
-
-
-def _shown_path(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(ROOT))
-    except ValueError:
-        return str(path)
 
 
 # --------------------------------------------------------------------------- reading tables
@@ -137,7 +130,7 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 def parse(name: str, folder: Path, data: dict[str, Any]) -> Recipe:
-    file = _shown_path(folder / FILE)
+    file = shown(folder / FILE)
     top = _Table(file, "", data).known("paper", "environment", "requirements", "sources", "patches", "steps",
                                        "experiments", "claims")
     p = top.sub("paper").known("title", "venue", "year", "link")
@@ -206,7 +199,7 @@ def _patch(t: _Table, folder: Path, sources: list[str]) -> Patch:
     rel = t.text("file", expect="a diff file beside recipe.toml, such as \"patches/abi.diff\"")
     path = folder / rel
     if not path.is_file():
-        raise t.fail("file", f"names {rel}, which is not a file in {_shown_path(folder)}")
+        raise t.fail("file", f"names {rel}, which is not a file in {shown(folder)}")
     source = t.text("source", sources[0])
     if source not in sources:
         raise t.fail("source", f"names `{source}`, which is not a source (sources: {', '.join(sources)})")
