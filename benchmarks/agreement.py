@@ -16,19 +16,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from kernellab import ops
 from kernellab.bench import timing
+from kernellab.ops import library
 
 ROUNDS = 3
 AGREE = 0.03
 REPEAT = 0.02
 
 
-def check(spec: ops.OpSpec, dtype: str) -> dict:
+def check(spec: library.OpSpec, dtype: str) -> dict:
     import torch
     from triton.testing import do_bench
 
-    module = ops.load(spec)
+    module = library.load(spec)
     shape = max(spec.bench_shapes, key=lambda s: spec.bytes_moved(s, dtype))
     inputs = module.make_inputs(shape, dtype, "cuda", spec.seeds[0])
     name, kernel = next(iter(module.candidates.items()))
@@ -53,7 +53,7 @@ def main() -> int:
     p.add_argument("--dtype", default="float32")
     p.add_argument("--out", type=Path)
     args = p.parse_args()
-    specs = {s.name: s for s in ops.discover()}
+    specs = {s.name: s for s in library.discover()}
     rows = [check(specs[name], args.dtype) for name in args.ops.split(",")]
     print(f"{'op':<12} {'shape':<22} {'ours (3 runs, ms)':<30} {'do_bench (ms)':<30} agree  spread")
     for r in rows:

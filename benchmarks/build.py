@@ -7,7 +7,7 @@ Kernels are mounted into containers, never copied into images: editing one must 
     python benchmarks/build.py --compare cpu,cu130-pip,cu124-debian [--bases bookworm,trixie] [--json FILE]
 
 --compare: each target's cold build (--no-cache) time and image size, as ratios to the first target's.
---bases: each Debian base made twice (kernellab.debian): seconds per make, and whether the image ID repeats.
+--bases: each Debian base made twice (kernellab.image.debian): seconds per make, and whether the image ID repeats.
 
 "Cold" rebuilds every layer (--no-cache); BuildKit's apt/pip cache mounts stay warm, as they
 would on a developer's machine after the first build: the first-ever build is also reported
@@ -26,13 +26,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from kernellab import ROOT, engine, images, network
+from kernellab import ROOT, engine
+from kernellab.image import builder, network
 
 
-def timed_build(spec, **kw) -> tuple[float, images.Built, str]:
+def timed_build(spec, **kw) -> tuple[float, builder.Built, str]:
     log = io.StringIO()
     t0 = time.monotonic()
-    built = images.build(spec, ca_certs=network.ca_certificates(), out=log, **kw)
+    built = builder.build(spec, ca_certs=network.ca_certificates(), out=log, **kw)
     return time.monotonic() - t0, built, log.getvalue()
 
 
@@ -44,14 +45,14 @@ def compare(names: list[str], suites: list[str]) -> dict:
         times, ids = [], []
         for _ in range(2):
             t0 = time.monotonic()
-            tag = images.make_debootstrap_base(suite, out=io.StringIO(), engine=eng)
+            tag = builder.make_debootstrap_base(suite, out=io.StringIO(), engine=eng)
             times.append(time.monotonic() - t0)
             ids.append(eng.image_id(tag))
         figures["bases"][suite] = {"seconds": times, "image_id": ids[0], "same_id": ids[0] == ids[1]}
         print(f"base {suite}: made twice in {times[0]:.1f} s and {times[1]:.1f} s; "
               f"same image ID: {'yes' if ids[0] == ids[1] else 'NO'} ({ids[0][7:19]})", flush=True)
     for name in names:
-        spec = images.resolve_request(target=name)
+        spec = builder.resolve_request(target=name)
         with tempfile.TemporaryDirectory() as locks:
             seconds, built, _ = timed_build(spec, lock_dir=Path(locks), no_cache=True)
         size = int((eng.inspect(built.image_id) or {}).get("Size", 0))
@@ -81,7 +82,7 @@ def main() -> int:
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(json.dumps(figures, indent=2) + "\n")
         return 0 if all(b["same_id"] for b in figures["bases"].values()) else 1
-    spec = images.resolve_request(target=args.target)
+    spec = builder.resolve_request(target=args.target)
     with tempfile.TemporaryDirectory() as locks:
         lock_dir = Path(locks)
         print(f"target {args.target}: {spec.tag}", flush=True)

@@ -39,16 +39,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from kernellab import ROOT, extensions, ops, proc
+from kernellab import ROOT, proc
+from kernellab.ops import extensions, library
 
 
 def select_exactly(name: str) -> str:
     """A -k expression that matches `name` and no op whose name merely contains it."""
-    others = [s.name for s in ops.discover() if name in s.name and s.name != name]
+    others = [s.name for s in library.discover() if name in s.name and s.name != name]
     return " and ".join([name, *(f"not {o}" for o in others)])
 
 
-def kernel_source(op: ops.OpSpec) -> Path:
+def kernel_source(op: library.OpSpec) -> Path:
     """The source a researcher edits: the first one that is not the binding."""
     kernels = [s for s in op.sources if s != "binding.cpp"]
     return op.path / (kernels[0] if kernels else op.sources[0])
@@ -60,14 +61,14 @@ def timed(argv: list[str], env: dict[str, str]) -> float:
     return time.perf_counter() - started
 
 
-def watch_figures(op: ops.OpSpec, cache: str, edits: int, *, ready_timeout: float = 900,
+def watch_figures(op: library.OpSpec, cache: str, edits: int, *, ready_timeout: float = 900,
                   edit_timeout: float = 300) -> tuple[list[float], dict[str, list[float]]]:
     """Seconds from writing the kernel source to the watcher's result, for `edits` edits of a copy of the op,
     and where they went, as the watcher says in its `time:` line (start, build, checks: one list each)."""
     with tempfile.TemporaryDirectory(prefix="kernellab-devloop-watch-") as tmp:
         kernels = Path(tmp) / "kernels"
         shutil.copytree(op.path, kernels / op.name)
-        shutil.copytree(ops.common_dir(op), kernels / "_common")
+        shutil.copytree(library.common_dir(op), kernels / "_common")
         source = kernels / op.name / kernel_source(op).name
         original = source.read_text()
         path = os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH", "")) if p)
@@ -156,9 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--edits", type=int, default=5, help="with --watch: how many edits to time (default 5)")
     args = parser.parse_args(argv)
 
-    (op,) = [s for s in ops.discover() if s.name == args.op] or [None]
+    (op,) = [s for s in library.discover() if s.name == args.op] or [None]
     if op is None:
-        parser.error(f"no op named {args.op!r}; the ops are: {', '.join(s.name for s in ops.discover())}")
+        parser.error(f"no op named {args.op!r}; the ops are: {', '.join(s.name for s in library.discover())}")
     if op.kind == "triton":
         parser.error(f"{op.name} is a Triton op: it has no build step to time")
     source = kernel_source(op)

@@ -25,15 +25,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: One build in a fresh process; prints {"s": seconds in ops.build, "library_mtime": the loaded library's}.
+#: One build in a fresh process; prints {"s": seconds in library.build, "library_mtime": the loaded library's}.
 BUILD = r"""
 import json, sys, time
 sys.path.insert(0, sys.argv[1])
-from kernellab import opspec, ops
+from kernellab.ops import library, spec as opspec
 from pathlib import Path
 spec = opspec.parse_spec(Path(sys.argv[2]) / "op.toml")
 t = time.perf_counter()
-b = ops.build(spec, kernel_library=sys.argv[3] == "split")
+b = library.build(spec, kernel_library=sys.argv[3] == "split")
 print(json.dumps({"s": time.perf_counter() - t, "library_mtime": b.library.stat().st_mtime_ns}))
 """
 

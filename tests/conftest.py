@@ -102,13 +102,14 @@ def committed_locks(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def default_image(docker_client, tmp_path_factory) -> str:
     """kernellab:cpu, the default image `make` built: reused by ID when its spec hash is the matrix's, else built
     once per session following the committed lock. Every test that only needs the default image takes this."""
-    from kernellab import engine, images, network
+    from kernellab import engine
+    from kernellab.image import builder, network
 
     docker = engine.by_name("docker")
-    spec = images.resolve_request(target="cpu", engine=docker)
+    spec = builder.resolve_request(target="cpu", engine=docker)
     ref = "kernellab:cpu"
     if not (docker.exists(ref) and docker.labels(ref).get("kernellab.spec-sha256") == spec.digest):
-        images.build(spec, lock="prefer", lock_dir=committed_locks(tmp_path_factory),
+        builder.build(spec, lock="prefer", lock_dir=committed_locks(tmp_path_factory),
                      ca_certs=network.ca_certificates(), out=io.StringIO(), engine=docker)
     return ref
 

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from kernellab import extensions, targets
 from kernellab.errors import ConfigError
-from kernellab.opspec import parse_spec
+from kernellab.image import targets
+from kernellab.ops import extensions
+from kernellab.ops.spec import parse_spec
 
 FIXTURES = Path(__file__).parent / "archspecific"
 
@@ -69,24 +70,24 @@ def torch_facts(monkeypatch: pytest.MonkeyPatch):
 
 
 def test_a_candidate_runs_only_where_its_code_is_built_and_its_gpu_is(torch_facts) -> None:
-    from kernellab import ops
+    from kernellab.ops import library
 
     spec = parse_spec(FIXTURES / "sm90a_fence" / "op.toml")
     torch_facts("12.4", "8.0;9.0", (9, 0))
-    assert ops.arch_requirements(spec) == (["9.0a"], {})
+    assert library.arch_requirements(spec) == (["9.0a"], {})
     torch_facts("12.4", "8.0;9.0", (8, 0))  # an A100 with an image built for both
-    variants, reasons = ops.arch_requirements(spec)
+    variants, reasons = library.arch_requirements(spec)
     assert variants == ["9.0a"]
     assert reasons["kernellab"] == "kernellab needs a GPU of compute capability 9.0 for its sm_90a code; this GPU is 8.0"
     torch_facts("12.4", "8.0", (8, 0))  # an image for A100 only
-    assert ops.arch_requirements(spec) == ([], {"kernellab": "kernellab needs sm_90a code, but this build's arch list "
+    assert library.arch_requirements(spec) == ([], {"kernellab": "kernellab needs sm_90a code, but this build's arch list "
                                                                "(8.0) has no 9.0: use a target for GPUs of compute "
                                                                "capability 9.0"})
     torch_facts("11.8", "8.0;9.0", (9, 0))
-    assert ops.arch_requirements(spec) == ([], {"kernellab": "kernellab needs sm_90a code, which CUDA 12.0 or newer "
+    assert library.arch_requirements(spec) == ([], {"kernellab": "kernellab needs sm_90a code, which CUDA 12.0 or newer "
                                                                "builds; this is CUDA 11.8"})
     torch_facts("12.4", "8.0;9.0a", None)  # no GPU (an image build): the build still gets sm_90a
-    assert ops.arch_requirements(spec, gpu=False) == (["9.0a"], {})
+    assert library.arch_requirements(spec, gpu=False) == (["9.0a"], {})
 
 
 @pytest.mark.gpu
@@ -94,10 +95,10 @@ def test_a_candidate_runs_only_where_its_code_is_built_and_its_gpu_is(torch_fact
 def test_the_sm90a_candidate_runs_its_sm90a_code_on_the_gpu() -> None:
     import torch
 
-    from kernellab import binaries, checks, ops
+    from kernellab.ops import binaries, checks, library
 
     spec = parse_spec(FIXTURES / "sm90a_fence" / "op.toml")
-    module = ops.load(spec)
+    module = library.load(spec)
     if module.unavailable:
         pytest.skip(module.unavailable["kernellab"])  # not an H100/H200: the reason, as the tests say it
     assert module.build is not None

@@ -15,7 +15,7 @@ def test_outside_an_image_it_is_native(tmp_path: Path, monkeypatch: pytest.Monke
 
 
 def test_inside_an_image_the_lock_hash_equals_the_image_label(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    locks = pytest.importorskip("kernellab.locks", reason="kernellab.locks needs the host dependencies")
+    locks = pytest.importorskip("kernellab.image.locks", reason="kernellab.image.locks needs the host dependencies")
     lock = {"base": {"digest": "sha256:00"}, "pip": ["torch==2.11.0"]}
     (tmp_path / "lock.json").write_text(json.dumps(lock, indent=2, sort_keys=True))
     (tmp_path / "spec.json").write_text('{"target": "cu130-pip", "arch_list": "9.0"}')

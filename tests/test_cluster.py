@@ -17,12 +17,13 @@ from typing import Any
 
 import pytest
 
-from kernellab import gpu, opspec
+from kernellab import gpu
 from kernellab.cluster import follow, images, kube, node, plan, profile, runs, runtimes, slurm
 from kernellab.cluster.images import Prepared
 from kernellab.cluster.plan import Plan, Task
 from kernellab.cluster.profile import Profile
 from kernellab.errors import ClusterError
+from kernellab.ops import spec
 
 FULL = """\
 scheduler = "slurm"
@@ -213,19 +214,19 @@ def test_exact_select_selects_exactly_one_op_through_the_k_matcher() -> None:
     names = ["softmax", "softmax_triton", "vector_add"]
     expr = plan.exact_select("softmax", names)
     assert expr == "softmax and not softmax_triton"
-    matcher = opspec.compile_select(expr)
+    matcher = spec.compile_select(expr)
     assert [n for n in names if matcher(n)] == ["softmax"]
     assert plan.exact_select("vector_add", names) == "vector_add"
     for name in names:
-        match = opspec.compile_select(plan.exact_select(name, names))
+        match = spec.compile_select(plan.exact_select(name, names))
         assert [n for n in names if match(n)] == [name]
 
 
 def test_exact_select_picks_each_real_op_alone() -> None:
-    names = [s.name for s in opspec.discover()]
+    names = [s.name for s in spec.discover()]
     assert "softmax" in names and "softmax_triton" in names
     for name in names:
-        assert [s.name for s in opspec.discover(select=plan.exact_select(name, names))] == [name]
+        assert [s.name for s in spec.discover(select=plan.exact_select(name, names))] == [name]
 
 
 def test_task_argv_per_kind() -> None:
@@ -964,11 +965,11 @@ def test_a_container_task_takes_the_profiles_gpu_mode_else_the_nodes_best(tmp_pa
                                                                           monkeypatch: pytest.MonkeyPatch,
                                                                           profile_mode: str, best: str | None,
                                                                           attached: str) -> None:
-    from kernellab import containers
+    from kernellab.container import runner
 
     p = make_plan(tmp_path, runtime="docker")
     p.gpu_mode = profile_mode
-    monkeypatch.setattr(containers, "best_gpu_mode", lambda eng=None: best)
+    monkeypatch.setattr(runner, "best_gpu_mode", lambda eng=None: best)
     assert node.gpu_mode(p, object()) == attached
 
 

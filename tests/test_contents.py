@@ -1,11 +1,11 @@
-"""kernellab.contents: an image's files from its save archive, layers applied in order, times ignored."""
+"""kernellab.image.contents: an image's files from its save archive, layers applied in order, times ignored."""
 from __future__ import annotations
 
 import io
 import json
 import tarfile
 
-from kernellab import contents
+from kernellab.image import contents
 
 
 def _layer(entries: list[tuple[str, bytes | None, int]]) -> bytes:

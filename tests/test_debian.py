@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from kernellab import debian, images, locks, render, targets
 from kernellab.errors import BuildError, CommandError, ResolveError
-from kernellab.resolve import resolve
+from kernellab.image import builder, debian, locks, render, targets
+from kernellab.image.resolve import resolve
 
 M = targets.load()
 
@@ -35,13 +35,13 @@ def test_packages_round_trip_and_pins_are_what_the_base_lacks():
 
 def test_apt_refusing_a_pinned_version_becomes_one_sentence_naming_them():
     assert debian.missing_versions(APT_GONE) == ["gcc-12=12.2.0-14", "libc6-dev=2.36-9+deb12u4", "libgone1"]
-    error = images._build_failure(CommandError(["docker", "build"], 1, APT_GONE), resolve(M, target="cpu"), pinned=True)
-    assert isinstance(error, images.PinsGone) and error.missing[:2] == ["gcc-12=12.2.0-14", "libc6-dev=2.36-9+deb12u4"]
+    error = builder._build_failure(CommandError(["docker", "build"], 1, APT_GONE), resolve(M, target="cpu"), pinned=True)
+    assert isinstance(error, builder.PinsGone) and error.missing[:2] == ["gcc-12=12.2.0-14", "libc6-dev=2.36-9+deb12u4"]
     text = str(error)
     assert "no longer has: gcc-12=12.2.0-14, libc6-dev=2.36-9+deb12u4, libgone1;" in text and "--update" in text
     assert "\n" not in text
-    unpinned = images._build_failure(CommandError(["docker", "build"], 1, APT_GONE), resolve(M, target="cpu"))
-    assert not isinstance(unpinned, images.PinsGone), "without a lock, a missing package is the build's own failure"
+    unpinned = builder._build_failure(CommandError(["docker", "build"], 1, APT_GONE), resolve(M, target="cpu"))
+    assert not isinstance(unpinned, builder.PinsGone), "without a lock, a missing package is the build's own failure"
 
 
 def test_the_base_image_config_depends_on_the_layer_and_the_epoch_only(tmp_path: Path):
@@ -156,7 +156,8 @@ def test_the_debian_toolkit_refuses_what_debian_does_not_ship():
 
 
 def test_a_librarys_gpu_code_is_listed_per_arch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    from kernellab import binaries, proc
+    from kernellab import proc
+    from kernellab.ops import binaries
 
     lib = tmp_path / "kernellab_x.so"
     lib.write_bytes(b"\x7fELF")

@@ -18,8 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from kernellab import containers, contents, engine, images, locks, network, opspec
-from kernellab.kinds import debootstrap_cpu
+from kernellab import engine
+from kernellab.container import runner
+from kernellab.image import builder, contents, locks, network
+from kernellab.image.kinds import debootstrap_cpu
+from kernellab.ops import spec
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.full]
 DOCKER = engine.by_name("docker")
@@ -27,9 +30,9 @@ DOCKER = engine.by_name("docker")
 
 def test_the_debian_base_made_twice_is_the_same_image(docker_client):
     tag = debootstrap_cpu.local_tag("bookworm")
-    first = images.make_debootstrap_base("bookworm", out=io.StringIO(), engine=DOCKER)
+    first = builder.make_debootstrap_base("bookworm", out=io.StringIO(), engine=DOCKER)
     first_id = DOCKER.image_id(first)
-    again = images.make_debootstrap_base("bookworm", out=io.StringIO(), engine=DOCKER)
+    again = builder.make_debootstrap_base("bookworm", out=io.StringIO(), engine=DOCKER)
     assert again == tag and DOCKER.image_id(again) == first_id, "same packages, same image ID"
     info = DOCKER.inspect(tag) or {}
     assert info.get("Created", "").startswith("2025-01-01T00:00:00"), "dated at source_date_epoch, not now"
@@ -40,17 +43,17 @@ def cpu_twice(docker_client, tmp_path_factory):
     """The cpu target built twice from one lock, the second time without the layer cache: the committed
     lock when it still fits (then the first build is `make`'s, from cache), else one made here first."""
     lock_dir = tmp_path_factory.mktemp("locks")
-    spec = images.resolve_request(target="cpu", engine=DOCKER)
+    spec = builder.resolve_request(target="cpu", engine=DOCKER)
     shutil.copyfile(locks.lock_path(spec), locks.lock_path(spec, lock_dir))
     certs = network.ca_certificates()
-    first = images.build(spec, lock="prefer", lock_dir=lock_dir, ca_certs=certs, out=io.StringIO(), engine=DOCKER)
+    first = builder.build(spec, lock="prefer", lock_dir=lock_dir, ca_certs=certs, out=io.StringIO(), engine=DOCKER)
     if not first.from_lock:  # the committed lock no longer fits this machine's base: one made here
-        first = images.build(spec, lock="strict", lock_dir=lock_dir, ca_certs=certs, out=io.StringIO(), engine=DOCKER)
+        first = builder.build(spec, lock="strict", lock_dir=lock_dir, ca_certs=certs, out=io.StringIO(), engine=DOCKER)
     lock = json.loads(first.lock_file.read_text())
     first_ref = f"kernellab-test/repro:first-{first.image_id[7:19]}"
     DOCKER.tag(first.image_id, first_ref)
     log = io.StringIO()
-    second = images.build(spec, lock="strict", no_cache=True, lock_dir=lock_dir, ca_certs=certs, out=log,
+    second = builder.build(spec, lock="strict", no_cache=True, lock_dir=lock_dir, ca_certs=certs, out=log,
                           engine=DOCKER)
     yield first_ref, lock, second, json.loads(second.lock_file.read_text()), log.getvalue()
     # Back as `make` left it: its image keeps the tags, the uncached copy (2.6 GB) goes, so runs do not fill the disk.
@@ -74,7 +77,7 @@ def _op_record(image: str, cache: Path, monkeypatch: pytest.MonkeyPatch, *kernel
     """Every op built in a container of `image` with a fresh build cache, as `python -m kernellab.ops build --record`
     (`kernels`: "--kernels", "/workspace/DIR" for ops elsewhere in the repository)."""
     monkeypatch.setenv("KERNELLAB_CACHE", str(cache))
-    code = containers.run(image, ["python", "-m", "kernellab.ops", "build", "--record", "/cache/record.json", *kernels],
+    code = runner.run(image, ["python", "-m", "kernellab.ops", "build", "--record", "/cache/record.json", *kernels],
                           gpu=False, engine=DOCKER)
     assert code == 0
     return json.loads((cache / "record.json").read_text())
@@ -103,8 +106,8 @@ def test_two_builds_from_one_lock_hold_the_same_files_but_pythons_bytecode(cpu_t
 
 @pytest.fixture(scope="session")
 def cu124_debian(docker_client, tmp_path_factory):
-    spec = images.resolve_request(target="cu124-debian", engine=DOCKER)
-    return images.build(spec, lock_dir=tmp_path_factory.mktemp("locks"), ca_certs=network.ca_certificates(),
+    spec = builder.resolve_request(target="cu124-debian", engine=DOCKER)
+    return builder.build(spec, lock_dir=tmp_path_factory.mktemp("locks"), ca_certs=network.ca_certificates(),
                         out=io.StringIO(), engine=DOCKER)
 
 
@@ -114,7 +117,7 @@ def test_cuda_12_4_from_debian_compiles_every_cuda_op_for_sm80_and_sm90(cu124_de
     assert lock["versions"]["nvcc"].startswith("12.4.131") and lock["versions"]["torch_cuda"] == "12.4"
     assert any(p.startswith("nvidia-cuda-toolkit=12.4.131") for p in lock["debian"]["image"])
     record = _op_record(built.tags[0], tmp_path / "cache", monkeypatch)
-    cuda_ops = [op for op in opspec.discover() if op.kind == "cuda"]
+    cuda_ops = [op for op in spec.discover() if op.kind == "cuda"]
     assert cuda_ops
     for op in cuda_ops:
         r = record[op.name]
@@ -138,13 +141,13 @@ def test_a_candidate_that_requires_sm90a_gets_sm90a_code_instead_of_sm90(cu124_d
 
 def test_a_locked_version_the_archive_lost_is_named_and_nothing_is_tagged(cpu_twice, tmp_path):
     _, lock, _, _, _ = cpu_twice
-    spec = images.resolve_request(target="cpu", engine=DOCKER)
+    spec = builder.resolve_request(target="cpu", engine=DOCKER)
     gone = dict(lock, debian=dict(lock["debian"], image=[
         "gcc-12=0.0-kernellab-gone" if p.startswith("gcc-12=") else p for p in lock["debian"]["image"]]))
     (tmp_path / "cpu.json").write_text(json.dumps(gone))
     before = DOCKER.image_id("kernellab:cpu")
-    with pytest.raises(images.PinsGone) as caught:
-        images.build(spec, lock="strict", lock_dir=tmp_path, out=io.StringIO(), engine=DOCKER)
+    with pytest.raises(builder.PinsGone) as caught:
+        builder.build(spec, lock="strict", lock_dir=tmp_path, out=io.StringIO(), engine=DOCKER)
     assert caught.value.missing == ["gcc-12=0.0-kernellab-gone"]
     assert "no longer has: gcc-12=0.0-kernellab-gone;" in str(caught.value) and "\n" not in str(caught.value)
     assert DOCKER.image_id("kernellab:cpu") == before, "the previous image of the tag is kept"
@@ -161,8 +164,8 @@ extern "C" int kl_total(const float* x, float* out) { total<<<1, 128>>>(x, out);
 
 
 def test_cuda_11_8_from_debian_is_nvcc_alone_and_compiles_for_sm80(docker_client, tmp_path, monkeypatch):
-    spec = images.resolve_request(target="cu118-debian", engine=DOCKER)
-    built = images.build(spec, lock_dir=tmp_path, ca_certs=network.ca_certificates(), out=io.StringIO(), engine=DOCKER)
+    spec = builder.resolve_request(target="cu118-debian", engine=DOCKER)
+    built = builder.build(spec, lock_dir=tmp_path, ca_certs=network.ca_certificates(), out=io.StringIO(), engine=DOCKER)
     assert DOCKER.labels(built.tags[0])["kernellab.torch"] == "none"
     monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path / "cache"))
     work = tmp_path / "ext"
@@ -172,7 +175,7 @@ def test_cuda_11_8_from_debian_is_nvcc_alone_and_compiles_for_sm80(docker_client
     script = ('set -e; nvcc --version | grep -q "release 11.8"; '
               'nvcc $KERNELLAB_NVCC_GENCODE -Xptxas -v -Xcompiler -fPIC -shared /workspace/k.cu -o /workspace/libk.so '
               '2> /workspace/ptxas.txt; if python -c "import torch" 2>/dev/null; then exit 3; fi')
-    assert containers.run(built.tags[0], ["bash", "-c", script], gpu=False, repo=work, engine=DOCKER) == 0
+    assert runner.run(built.tags[0], ["bash", "-c", script], gpu=False, repo=work, engine=DOCKER) == 0
     assert "for 'sm_80'" in (work / "ptxas.txt").read_text()
     assert (work / "libk.so").stat().st_size > 10_000
 
@@ -182,14 +185,14 @@ def test_cuda_11_8_from_debian_is_nvcc_alone_and_compiles_for_sm80(docker_client
 SPLIT_SCRIPT = r"""
 import json, shutil, sys
 from pathlib import Path
-from kernellab import binaries, opspec, ops
+from kernellab.ops import binaries, library, spec as opspec
 work = Path("/cache/ops")
 if not work.exists():
     shutil.copytree("/workspace/kernels", work)
 if sys.argv[1] == "edit":
     cu = work / "vector_add" / "vector_add.cu"
     cu.write_text(cu.read_text() + "\n// an edit\n")
-b = ops.build(opspec.parse_spec(work / "vector_add" / "op.toml"), kernel_library=True)
+b = library.build(opspec.parse_spec(work / "vector_add" / "op.toml"), kernel_library=True)
 print(json.dumps({"library": str(b.library), "kernels": str(b.kernels), "compiled": b.compiled,
                   "mtimes": [b.library.stat().st_mtime_ns, b.kernels.stat().st_mtime_ns],
                   "cubins": binaries.fingerprint(b.device_code).cubins}))
@@ -203,7 +206,7 @@ def test_a_watch_build_puts_the_kernels_in_their_own_library_and_an_edit_relinks
     (tmp_path / "cache" / "split.py").write_text(SPLIT_SCRIPT)
 
     def build(step: str) -> dict:
-        code = containers.run(cu124_debian.tags[0], ["bash", "-c", f"python /cache/split.py {step} > /cache/out.json"],
+        code = runner.run(cu124_debian.tags[0], ["bash", "-c", f"python /cache/split.py {step} > /cache/out.json"],
                               gpu=False, engine=DOCKER)
         assert code == 0
         return json.loads((tmp_path / "cache" / "out.json").read_text())

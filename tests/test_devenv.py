@@ -18,13 +18,15 @@ import pytest
 from invoke import Config, Context
 
 from fake_engine import fake, image
-from kernellab import containers, devenv, engine, gpu, images, proc, render, targets
+from kernellab import engine, gpu, proc
 from kernellab.cli import devenv as devenv_tasks
+from kernellab.container import devenv, runner
 from kernellab.engine import podman as podman_module
 from kernellab.errors import ConfigError, KernellabError, ResolveError
-from kernellab.resolve import resolve
-from kernellab.spec import BaseFacts
-from kernellab.targets import Target
+from kernellab.image import builder, render, targets
+from kernellab.image.resolve import resolve
+from kernellab.image.spec import BaseFacts
+from kernellab.image.targets import Target
 
 ROOT = Path(__file__).resolve().parents[1]
 M = targets.load()
@@ -168,17 +170,17 @@ def test_an_unknown_gpu_mode_is_refused(docker):
 def test_a_missing_image_is_built_first(monkeypatch, tmp_path, no_gpu):
     built: list[str] = []
     known = {ref: facts for ref, facts in IMAGES.items() if ref != "kernellab:cpu"}
-    eng = fake("docker", known)  # the real images.image_for_target asks it; a build teaches it the tag
+    eng = fake("docker", known)  # the real builder.image_for_target asks it; a build teaches it the tag
 
     def build(spec, **kw):
         assert kw["engine"] is eng
         built.append(spec.target)
         known[f"kernellab:{spec.target}"] = IMAGES["kernellab:cpu"]
 
-    monkeypatch.setattr(images, "resolve_request", lambda target, engine=None: resolve(M, target=target))
-    monkeypatch.setattr(images, "build", build)
+    monkeypatch.setattr(builder, "resolve_request", lambda target, engine=None: resolve(M, target=target))
+    monkeypatch.setattr(builder, "build", build)
     with pytest.raises(KernellabError, match="kernellab:cpu is not built"):
-        images.image_for_target("cpu", engine=eng)
+        builder.image_for_target("cpu", engine=eng)
     out = io.StringIO()
     assert devenv.ensure_image("cpu", engine=eng, out=out).ref == "kernellab:cpu"
     assert "kernellab:cpu is not built yet; building it first" in out.getvalue()
@@ -190,12 +192,12 @@ def test_a_missing_image_is_built_first(monkeypatch, tmp_path, no_gpu):
 # --------------------------------------------------------------------------- notebook
 
 def test_publish_goes_to_docker_and_is_moot_on_podmans_host_network(docker, tmp_path, monkeypatch):
-    argv = containers.run_argv("kernellab:cpu", ["jupyter", "lab"], user=(1, 1), repo=tmp_path, cache=tmp_path,
+    argv = runner.run_argv("kernellab:cpu", ["jupyter", "lab"], user=(1, 1), repo=tmp_path, cache=tmp_path,
                                publish=["127.0.0.1:8888:8888"], pass_env=["JUPYTER_TOKEN"], engine=docker)
     assert argv[argv.index("-p") + 1] == "127.0.0.1:8888:8888"
     assert argv[argv.index("JUPYTER_TOKEN") - 1] == "-e", "the token goes by name only"
     monkeypatch.setattr(podman_module.os, "geteuid", lambda: 1000)
-    pod = containers.run_argv("kernellab:cpu", [], user=(1, 1), repo=tmp_path, cache=tmp_path,
+    pod = runner.run_argv("kernellab:cpu", [], user=(1, 1), repo=tmp_path, cache=tmp_path,
                               publish=["127.0.0.1:8888:8888"], engine=fake("podman", IMAGES))
     assert "-p" not in pod and pod[pod.index("--network") + 1] == "host"
 
@@ -239,12 +241,12 @@ _real_notebook = devenv.notebook
 
 
 def test_notebook_task_takes_the_next_free_port_and_says_so(busy_port, monkeypatch, capsys, tmp_path):
-    """The real task, image lookup and containers.run against a fake docker: the command line it starts."""
+    """The real task, image lookup and runner.run against a fake docker: the command line it starts."""
     docker = fake("docker", IMAGES)
     monkeypatch.setenv("KERNELLAB_ENGINE", "docker")
     monkeypatch.setitem(engine._instances, "docker", docker)
     monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path))
-    monkeypatch.setattr(containers, "best_gpu_mode", lambda eng=None: None)
+    monkeypatch.setattr(runner, "best_gpu_mode", lambda eng=None: None)
     monkeypatch.setattr(devenv, "notebook", lambda port, **kw: dataclasses.replace(
         _real_notebook(port, **kw), allow_root=False))
     calls: list[dict[str, Any]] = []

@@ -28,7 +28,8 @@ from pathlib import Path
 
 import pytest
 
-from kernellab import containers, devenv, engine
+from kernellab import engine
+from kernellab.container import devenv, runner
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,7 +102,7 @@ def test_devcontainers_cli_brings_up_the_written_file_as_the_users_uid(who, cpu_
         assert r.returncode == 0, r.stdout + r.stderr
         config = ROOT / ".devcontainer" / "cpu" / "devcontainer.json"
         assert f"wrote {config.relative_to(ROOT)}" in r.stdout
-        uid, gid = containers.caller_ids()
+        uid, gid = runner.caller_ids()
     else:
         # CI runs as root, where "the caller's UID" proves little: the same file for UID 4321, as `sudo` writes it.
         monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path / "cache"))

@@ -191,7 +191,7 @@ def test_markdown_references_exist() -> None:
     ("docs/x.md", "`src/kernellab/engine/` and (`tasks.py`)",
      [("src/kernellab/engine/", "path"), ("tasks.py", "path")]),
     ("docs/x.md", "`kernels/OP/`, `results/<run>/`, `docker/locks/NAME.json`, `.venv/bin/x.py`, `~/.cache/k/`", []),
-    ("docs/x.md", "`kernellab.ops.discover` and `kernellab.lock-sha256`", [("kernellab.ops.discover", "python")]),
+    ("docs/x.md", "`kernellab.ops.library.discover` and `kernellab.lock-sha256`", [("kernellab.ops.library.discover", "python")]),
     ("docs/x.md", "docker/podman, (see tests/test_kernels.py).", [("tests/test_kernels.py", "path")]),
     ("tests/x/README.md", "`oob_write/` holds it", [("oob_write/", "folder")]),
     ("results/x/summary.md", "`src/nowhere.py` [plot](speedup.png)", [("speedup.png", "link")]),
@@ -202,9 +202,9 @@ def test_extraction(md_rel: str, line: str, expected: list[tuple[str, str]]) -> 
 
 
 @pytest.mark.parametrize(("ref", "broken"), [
-    ("kernellab.opspec.discover", False),
+    ("kernellab.ops.spec.discover", False),
     ("kernellab.cuda", False),  # an image label
-    ("kernellab.opspec.no_such_function", True),
+    ("kernellab.ops.spec.no_such_function", True),
     ("kernellab.no_such_module.discover", True),
 ])
 def test_python_references(ref: str, broken: bool) -> None:

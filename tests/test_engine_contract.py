@@ -18,7 +18,9 @@ import uuid
 import pytest
 
 from conftest import committed_locks
-from kernellab import ROOT, containers, engine, images, network, transfer
+from kernellab import ROOT, engine, transfer
+from kernellab.container import runner
+from kernellab.image import builder, network
 
 ENGINES = [pytest.param("docker", marks=pytest.mark.docker), pytest.param("podman", marks=pytest.mark.podman)]
 pytestmark = [pytest.mark.slow]
@@ -38,9 +40,9 @@ def eng(request) -> engine.Engine:
 
 
 @pytest.fixture(scope="module")
-def built(eng, tmp_path_factory) -> images.Built:
-    spec = images.resolve_request(target="cpu")
-    return images.build(spec, lock="prefer", lock_dir=committed_locks(tmp_path_factory),
+def built(eng, tmp_path_factory) -> builder.Built:
+    spec = builder.resolve_request(target="cpu")
+    return builder.build(spec, lock="prefer", lock_dir=committed_locks(tmp_path_factory),
                         ca_certs=network.ca_certificates(),
                         out=io.StringIO(), engine=eng)
 
@@ -66,7 +68,7 @@ def test_a_container_runs_as_a_non_root_uid_and_its_files_in_the_mount_are_that_
     uid, gid = _non_root_user(eng)
     if os.geteuid() == 0:
         os.chown(repo, uid, gid)
-    code = containers.run(built.tags[0], ["bash", "-c", "id -u > /workspace/uid && mkdir -p /workspace/d/e"],
+    code = runner.run(built.tags[0], ["bash", "-c", "id -u > /workspace/uid && mkdir -p /workspace/d/e"],
                           gpu=False, user=(uid, gid), repo=repo, engine=eng)
     assert code == 0
     assert (repo / "uid").read_text().strip() == str(uid)

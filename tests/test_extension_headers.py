@@ -1,4 +1,4 @@
-"""kernellab.extensions without a compiler run: which .cu objects a header change makes stale, and which
+"""kernellab.ops.extensions without a compiler run: which .cu objects a header change makes stale, and which
 options an nvcc has (a stand-in nvcc script that prints a help text)."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 import stat
 from pathlib import Path
 
-from kernellab import extensions
+from kernellab.ops import extensions
 
 
 def write(path: Path, text: str) -> Path:

@@ -1,4 +1,4 @@
-"""Real builds through kernellab.extensions (C++ only, no GPU): errors a user can read, and the cache.
+"""Real builds through kernellab.ops.extensions (C++ only, no GPU): errors a user can read, and the cache.
 
 The sources include no torch headers, so each build takes a second or two.
 """
@@ -15,9 +15,10 @@ import pytest
 
 pytest.importorskip("torch", reason="torch is not installed (pip install torch, or use a kernellab image)")
 
-from kernellab import ROOT, extensions, ops  # noqa: E402
+from kernellab import ROOT
 from kernellab.errors import ExtensionError  # noqa: E402
-from kernellab.extensions import kernel_library  # noqa: E402
+from kernellab.ops import extensions, library  # noqa: E402
+from kernellab.ops.extensions import kernel_library  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -175,10 +176,10 @@ def test_every_load_of_an_op_that_does_not_compile_shows_the_compilers_error(tmp
         """)
     write(folder, "reference.py", "def reference(x):\n    return x\n")
     write(folder, "broken.cpp", "int broken( {\n")
-    spec = ops.parse_spec(folder / "op.toml")
+    spec = library.parse_spec(folder / "op.toml")
     for _ in range(2):  # one test after another, in one pytest process
         with pytest.raises(ExtensionError) as info:
-            ops.load(spec)
+            library.load(spec)
         message = str(info.value)
         assert message.startswith("kernellab_broken_cpu does not compile:")
         assert re.search(r"broken\.cpp:1:\d+: error:", message) and "shared object" not in message

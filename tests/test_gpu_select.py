@@ -14,15 +14,16 @@ import pytest
 from invoke import Config, Context, Exit
 
 from fake_engine import fake, image
-from kernellab import containers, engine, gpu, proc
+from kernellab import engine, gpu, proc
 from kernellab.cli import bench as bench_task
 from kernellab.cli import containers as container_tasks
+from kernellab.container import runner
 from kernellab.errors import KernellabError
 
 HOST = [gpu.HostGpu(i, "NVIDIA H100 80GB HBM3", f"GPU-{c * 8}-1111-2222-3333-444444444444", "9.0", "580.1", 81559)
         for i, c in enumerate("abcd")]
 IMG = {"img:1": image("sha256:feed", env=["PATH=/opt/venv/bin:/usr/bin"])}
-IMG["kernellab:cpu"] = IMG["img:1"]  # the target the tasks run (_ctx): the real images.image_for_target finds it
+IMG["kernellab:cpu"] = IMG["img:1"]  # the target the tasks run (_ctx): the real builder.image_for_target finds it
 NODES = ["/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia2", "/dev/nvidia3", "/dev/nvidiactl", "/dev/nvidia-uvm",
          "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"]
 CONTROL = NODES[4:]
@@ -101,7 +102,7 @@ def test_natively_the_choice_is_passed_by_uuid() -> None:
 
 
 def _argv(kind: str, mode: str, gpus: list[str] | None) -> list[str]:
-    return containers.run_argv("img:1", ["nvidia-smi"], gpu_mode=mode, gpus=gpus, user=(1, 1), repo=gpu.DRIVER_DIR,
+    return runner.run_argv("img:1", ["nvidia-smi"], gpu_mode=mode, gpus=gpus, user=(1, 1), repo=gpu.DRIVER_DIR,
                                cache=gpu.DRIVER_DIR, engine=fake(kind, IMG))
 
 
@@ -155,7 +156,7 @@ def test_without_a_selection_the_command_line_is_todays(host: None, kind: str, m
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")
     argv = _argv(kind, mode, None)
-    assert argv == containers.run_argv("img:1", ["nvidia-smi"], gpu_mode=mode, user=(1, 1), repo=gpu.DRIVER_DIR,
+    assert argv == runner.run_argv("img:1", ["nvidia-smi"], gpu_mode=mode, user=(1, 1), repo=gpu.DRIVER_DIR,
                                        cache=gpu.DRIVER_DIR, engine=fake(kind, IMG))
     env = _env(argv)
     assert "CUDA_VISIBLE_DEVICES" not in env and "NVIDIA_VISIBLE_DEVICES" not in env
@@ -188,7 +189,7 @@ def launched(host: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> list
     monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path))
     monkeypatch.setenv("KERNELLAB_ENGINE", "docker")
     monkeypatch.setitem(engine._instances, "docker", fake("docker", IMG))
-    monkeypatch.setattr(containers, "best_gpu_mode", lambda eng=None: "nvidia")
+    monkeypatch.setattr(runner, "best_gpu_mode", lambda eng=None: "nvidia")
     calls: list[list[str]] = []
     monkeypatch.setattr(proc, "call", lambda argv, **kw: calls.append(list(argv)) or 0)
     return calls
@@ -198,7 +199,7 @@ def test_a_slurm_tasks_container_gets_only_the_tasks_gpus(launched: list[list[st
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SLURM_JOB_GPUS", "2,3")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
-    assert containers.run("img:1", ["true"]) == 0
+    assert runner.run("img:1", ["true"]) == 0
     (argv,) = launched
     assert _flags(argv, "--gpus") == ['"device=2,3"'] and _env(argv)["CUDA_VISIBLE_DEVICES"] == "0,1"
 
@@ -206,13 +207,13 @@ def test_a_slurm_tasks_container_gets_only_the_tasks_gpus(launched: list[list[st
 def test_a_cuda_visible_devices_that_hides_all_gpus_starts_a_container_without_any(
         launched: list[list[str]], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    containers.run("img:1", ["true"])
+    runner.run("img:1", ["true"])
     assert "--gpus" not in launched[0] and "--device" not in launched[0]
 
 
 def test_gpu_index_and_no_gpu_mode_contradict(launched: list[list[str]]) -> None:
     with pytest.raises(KernellabError, match="--gpu-mode none attaches none"):
-        containers.run("img:1", ["true"], gpu=False, gpu_index="1")
+        runner.run("img:1", ["true"], gpu=False, gpu_index="1")
     assert not launched
 
 

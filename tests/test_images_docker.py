@@ -17,9 +17,11 @@ from pathlib import Path
 import pytest
 
 from conftest import committed_locks
-from kernellab import ROOT, containers, engine, images, locks, network, targets
+from kernellab import ROOT, engine
+from kernellab.container import runner
 from kernellab.errors import BuildError, DockerError, ResolveError
-from kernellab.resolve import resolve
+from kernellab.image import builder, locks, network, targets
+from kernellab.image.resolve import resolve
 from proxy import Proxy
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -29,7 +31,7 @@ DOCKER = engine.by_name("docker")
 
 def cpu_spec(**kw):
     """The cpu target resolved as `invoke build-image` resolves it (same PyTorch index rule as the tasks)."""
-    return images.resolve_request(target="cpu", engine=DOCKER, **kw)
+    return builder.resolve_request(target="cpu", engine=DOCKER, **kw)
 
 
 @pytest.fixture(scope="session")
@@ -43,7 +45,7 @@ def cpu_image(docker_client, lock_dir):
     """The cpu target, built for real: (Built, build log)."""
     log = io.StringIO()
     t0 = time.monotonic()
-    built = images.build(cpu_spec(), lock="prefer", lock_dir=lock_dir, ca_certs=network.ca_certificates(), out=log,
+    built = builder.build(cpu_spec(), lock="prefer", lock_dir=lock_dir, ca_certs=network.ca_certificates(), out=log,
                          engine=DOCKER)
     return built, log.getvalue(), time.monotonic() - t0
 
@@ -88,7 +90,7 @@ def test_container_runs_as_the_callers_uid_and_files_stay_theirs(cpu_image, tmp_
     work = tmp_path / "repo"
     work.mkdir()
     os.chmod(work, 0o777)
-    code = containers.run(built.tags[0], ["bash", "-c", "id -u > /workspace/made-by.txt && touch /cache/home/x"],
+    code = runner.run(built.tags[0], ["bash", "-c", "id -u > /workspace/made-by.txt && touch /cache/home/x"],
                           gpu=False, user=(1000, 1000), repo=work)
     assert code == 0
     made = work / "made-by.txt"
@@ -99,13 +101,13 @@ def test_container_runs_as_the_callers_uid_and_files_stay_theirs(cpu_image, tmp_
 
 def test_container_exit_code_is_the_commands(cpu_image, tmp_path, monkeypatch):
     monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path / "cache"))
-    assert containers.run(cpu_image[0].tags[0], ["bash", "-c", "exit 7"], gpu=False) == 7
+    assert runner.run(cpu_image[0].tags[0], ["bash", "-c", "exit 7"], gpu=False) == 7
 
 
 def test_unchanged_rebuild_is_served_from_cache(cpu_image, lock_dir):
     built, _, _ = cpu_image
     log = io.StringIO()
-    again = images.build(cpu_spec(), lock="prefer", lock_dir=lock_dir, ca_certs=network.ca_certificates(), out=log,
+    again = builder.build(cpu_spec(), lock="prefer", lock_dir=lock_dir, ca_certs=network.ca_certificates(), out=log,
                          engine=DOCKER)
     text = log.getvalue()
     assert again.image_id == built.image_id, "same inputs, same image"
@@ -117,7 +119,7 @@ def test_unchanged_rebuild_is_served_from_cache(cpu_image, lock_dir):
 def test_locked_rebuild_reproduces_the_same_pip_freeze(cpu_image, lock_dir):
     built, _, _ = cpu_image
     lock = json.loads(built.lock_file.read_text())
-    again = images.build(cpu_spec(), lock_dir=lock_dir, lock="strict", ca_certs=network.ca_certificates(),
+    again = builder.build(cpu_spec(), lock_dir=lock_dir, lock="strict", ca_certs=network.ca_certificates(),
                          out=io.StringIO(), engine=DOCKER)
     relock = json.loads(again.lock_file.read_text())
     assert relock["pip_freeze"] == lock["pip_freeze"]
@@ -139,7 +141,7 @@ def test_a_failing_step_is_named_and_the_previous_image_of_the_tag_is_kept(cpu_i
     bad = dataclasses.replace(cpu_spec(), extra_apt=("kernellab-no-such-package",), target=None)
     subprocess.run(["docker", "tag", current, bad.tag], check=True)
     with pytest.raises(BuildError) as e:
-        images.build(bad, lock_dir=lock_dir, out=io.StringIO(), engine=DOCKER)
+        builder.build(bad, lock_dir=lock_dir, out=io.StringIO(), engine=DOCKER)
     msg = str(e.value)
     assert "failed at step" in msg and "apt-get" in msg and "kernellab-no-such-package" in msg
     assert DOCKER.image_id(bad.tag) == current, "the old image still holds the tag"
@@ -155,7 +157,7 @@ def test_no_engine_is_one_clear_sentence(monkeypatch):
 def test_missing_base_image_says_how_to_get_it(docker_client):
     spec = dataclasses.replace(resolve(M, cuda="12.4", gpu="h100"), base="kernellab-test/no-such-base:1")
     with pytest.raises(BuildError, match="could not be pulled.*import-image"):
-        images.ensure_base(spec, out=io.StringIO(), engine=DOCKER)
+        builder.ensure_base(spec, out=io.StringIO(), engine=DOCKER)
 
 
 @pytest.mark.full
@@ -171,7 +173,7 @@ def test_proxy_credentials_never_reach_the_image_and_the_ca_is_trusted(cpu_image
         for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
             monkeypatch.setenv(var, url)
         # Only the extra CA differs from the cached build: every later layer goes through the proxy.
-        built = images.build(cpu_spec(), lock_dir=lock_dir, out=io.StringIO(), engine=DOCKER,
+        built = builder.build(cpu_spec(), lock_dir=lock_dir, out=io.StringIO(), engine=DOCKER,
                              ca_certs=(*network.ca_certificates(), cert))
     assert any(ok for _, _, ok in proxy.requests), f"the build did not use the proxy: {proxy.requests[:5]}"
     ref = built.tags[0]
@@ -205,7 +207,7 @@ def pip_toolkit_image(docker_client, lock_dir):
     """cu130-pip (nvcc from PyPI wheels) built from scratch: another image than the default one (tier full)."""
     # torch 2.13.0 is a cu130 build on PyPI; a site's find-links may serve its own build of it (CI: CPU).
     spec = resolve(M, target="cu130-pip", torch="2.13.0", torch_index=os.environ.get("KERNELLAB_TORCH_INDEX"))
-    return images.build(spec, lock_dir=lock_dir, ca_certs=network.ca_certificates(), out=io.StringIO(), engine=DOCKER)
+    return builder.build(spec, lock_dir=lock_dir, ca_certs=network.ca_certificates(), out=io.StringIO(), engine=DOCKER)
 
 
 CUDA_SRC = r"""
@@ -232,7 +234,7 @@ def test_pip_toolkit_image_compiles_a_cuda_extension_without_a_gpu(pip_toolkit_i
               '-o /workspace/libk.so 2> /workspace/ptxas.txt; '
               # torch's own lookup (a CPU build of torch leaves cpp_extension.CUDA_HOME unset)
               'python -c "import torch.utils.cpp_extension as c; print(c._find_cuda_home())" > /workspace/cuda_home.txt')
-    assert containers.run(built.tags[0], ["bash", "-c", script], gpu=False, repo=work) == 0
+    assert runner.run(built.tags[0], ["bash", "-c", script], gpu=False, repo=work) == 0
     ptxas = (work / "ptxas.txt").read_text()  # ptxas reports each SASS target it compiled
     for sm in ("sm_80", "sm_86", "sm_89", "sm_90"):
         assert f"for '{sm}'" in ptxas
@@ -246,14 +248,14 @@ def test_base_image_with_pytorch_is_verified_and_never_reinstalled(cpu_image, lo
     site = "kernellab-test/site-base:1"
     subprocess.run(["docker", "tag", "kernellab:cpu", site], check=True)
     try:
-        spec = images.resolve_request(base_image=site, gpu="cpu", engine=DOCKER)
+        spec = builder.resolve_request(base_image=site, gpu="cpu", engine=DOCKER)
         assert (spec.kind, spec.torch, spec.torch_variant) == ("base-image", "2.13.0", "preinstalled")
         log = io.StringIO()
-        on_site = images.build(spec, lock_dir=lock_dir, out=log, engine=DOCKER)
+        on_site = builder.build(spec, lock_dir=lock_dir, out=log, engine=DOCKER)
         assert "pip install" not in log.getvalue()
         assert DOCKER.labels(on_site.tags[0])["kernellab.torch-variant"] == "preinstalled"
         with pytest.raises(ResolveError, match="has PyTorch 2.13.0\\+cpu, not 2.5"):
-            images.resolve_request(base_image=site, gpu="cpu", torch="2.5", engine=DOCKER)
+            builder.resolve_request(base_image=site, gpu="cpu", torch="2.5", engine=DOCKER)
     finally:
         subprocess.run(["docker", "rmi", "--no-prune", site], capture_output=True)
 

@@ -12,13 +12,13 @@ import subprocess
 import pytest
 from torch.utils.cpp_extension import COMMON_NVCC_FLAGS  # what every extension build adds; CPU builds have it too
 
-from kernellab import opspec
-from kernellab.extensions import CUDA_FLAGS
+from kernellab.ops import spec
+from kernellab.ops.extensions import CUDA_FLAGS
 
 NVCC = shutil.which("nvcc")
 pytestmark = pytest.mark.skipif(NVCC is None, reason="no nvcc on this machine")
 
-CUDA_OPS = [op for op in opspec.discover() if op.kind == "cuda"]
+CUDA_OPS = [op for op in spec.discover() if op.kind == "cuda"]
 
 
 def gencode(arch: str) -> str:

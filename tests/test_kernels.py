@@ -2,7 +2,7 @@
 
 Ops are discovered, not listed. Ops that need a GPU skip with the reason when none is visible; the
 CPU op runs everywhere. Set KERNELLAB_OPS to a -k style expression to test some ops only. The checks
-themselves are kernellab.checks, which `invoke watch` reruns on every save.
+themselves are kernellab.ops.checks, which `invoke watch` reruns on every save.
 """
 from __future__ import annotations
 
@@ -12,16 +12,16 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch, or use a kernellab image)")
 
-from kernellab import checks, ops  # noqa: E402
+from kernellab.ops import checks, library  # noqa: E402
 
-OPS = ops.discover(select=os.environ.get("KERNELLAB_OPS"))
+OPS = library.discover(select=os.environ.get("KERNELLAB_OPS"))
 
 
 def _shape_id(shape: dict) -> str:
     return ",".join(f"{k}{v}" for k, v in shape.items())
 
 
-def _marks(op: ops.OpSpec) -> list:
+def _marks(op: library.OpSpec) -> list:
     return [pytest.mark.gpu] if op.needs_gpu else []
 
 
@@ -38,43 +38,43 @@ def _per_candidate():
             yield pytest.param(op, label, marks=_marks(op), id=f"{op.name}-{label}")
 
 
-def _loaded(op: ops.OpSpec, label: str | None = None) -> ops.OpModule:
-    reason = ops.unavailable(op)
+def _loaded(op: library.OpSpec, label: str | None = None) -> library.OpModule:
+    reason = library.unavailable(op)
     if reason:
         pytest.skip(reason)
-    module = ops.load(op)
+    module = library.load(op)
     if label in module.unavailable:  # op.toml's `requires`: arch-specific code this build or GPU lacks
         pytest.skip(module.unavailable[label])
     return module
 
 
 @pytest.mark.parametrize("op, label, shape, dtype, seed", list(_cases()))
-def test_matches_reference(op: ops.OpSpec, label: str, shape: dict, dtype: str, seed: int) -> None:
+def test_matches_reference(op: library.OpSpec, label: str, shape: dict, dtype: str, seed: int) -> None:
     failure = checks.match_reference(op, _loaded(op, label), label, shape, dtype, seed)
     assert failure is None, f"{op.name}/{label}: {failure}"
 
 
 @pytest.mark.parametrize("mistake", list(checks.BAD_INPUTS))
 @pytest.mark.parametrize("op, label", list(_per_candidate()))
-def test_rejects_bad_first_input(op: ops.OpSpec, label: str, mistake: str) -> None:
+def test_rejects_bad_first_input(op: library.OpSpec, label: str, mistake: str) -> None:
     failure = checks.rejects_bad_input(op, _loaded(op, label), label, mistake)
     assert failure is None, f"{op.name}/{label}: {failure}"
 
 
 @pytest.mark.parametrize("op, label", list(_per_candidate()))
-def test_rejects_bad_shapes(op: ops.OpSpec, label: str) -> None:
+def test_rejects_bad_shapes(op: library.OpSpec, label: str) -> None:
     failure = checks.rejects_bad_shapes(op, _loaded(op, label), label)
     assert failure is None, f"{op.name}/{label}: {failure}"
 
 
 @pytest.mark.parametrize("op", [pytest.param(op, marks=_marks(op), id=op.name) for op in OPS if op.requires])
-def test_arch_specific_code_is_in_the_library(op: ops.OpSpec) -> None:
+def test_arch_specific_code_is_in_the_library(op: library.OpSpec) -> None:
     """A library whose candidates require sm_90a (op.toml's `requires`) holds that code wherever the build
     could make it; a build that silently dropped the `a` would run the wrong code or none."""
-    from kernellab import binaries
+    from kernellab.ops import binaries
 
     module = _loaded(op)
-    variants, _ = ops.arch_requirements(op, gpu=False)
+    variants, _ = library.arch_requirements(op, gpu=False)
     assert module.build is not None
     cubins = binaries.fingerprint(module.build.device_code).cubins
     if not cubins:
@@ -85,4 +85,4 @@ def test_arch_specific_code_is_in_the_library(op: ops.OpSpec) -> None:
 
 def test_every_op_is_tested() -> None:
     assert OPS or os.environ.get("KERNELLAB_OPS"), "no ops discovered under kernels/"
-    assert any(not op.needs_gpu for op in ops.discover()), "an op without a GPU keeps this suite meaningful on CPU CI"
+    assert any(not op.needs_gpu for op in library.discover()), "an op without a GPU keeps this suite meaningful on CPU CI"

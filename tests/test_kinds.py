@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 
 from fake_engine import fake, image
-from kernellab import images, kinds, network, render, targets
 from kernellab.cli import images as image_tasks
 from kernellab.errors import ConfigError, ResolveError
-from kernellab.kinds import Kind, Request, choose, debootstrap_cpu, torch_index
-from kernellab.resolve import resolve
-from kernellab.spec import BaseFacts, Spec
-from kernellab.targets import Matrix, Target
+from kernellab.image import builder, kinds, network, render, targets
+from kernellab.image.kinds import Kind, Request, choose, debootstrap_cpu, torch_index
+from kernellab.image.resolve import resolve
+from kernellab.image.spec import BaseFacts, Spec
+from kernellab.image.targets import Matrix, Target
 
 ROOT = Path(__file__).resolve().parents[1]
 M = targets.load()
@@ -62,7 +62,7 @@ def test_debootstrap_references_are_parsed_by_the_cpu_kind_alone():
 def test_a_kind_makes_or_finds_its_base_through_the_engine_it_is_given(monkeypatch):
     spec = resolve(M, target="cpu")
     have = fake("docker", {"kernellab-base:debian-bookworm": image("sha256:base")})
-    assert images.ensure_base(spec, engine=have, out=io.StringIO()) == ("kernellab-base:debian-bookworm", "sha256:base")
+    assert builder.ensure_base(spec, engine=have, out=io.StringIO()) == ("kernellab-base:debian-bookworm", "sha256:base")
     assert kinds.get("cpu").base_status(spec, have).severity == "ok"
     monkeypatch.setattr(debootstrap_cpu.shutil, "which", lambda name: None)
     status = kinds.get("cpu").base_status(spec, fake("docker", {}))
@@ -180,7 +180,7 @@ def _index_the_build_uses(spec: Spec, monkeypatch) -> str | None:
     monkeypatch.setattr(network, "host_pip_config", lambda: network.PipConfig({}))
     engine = fake("docker", {"kernellab-base:debian-bookworm": image("sha256:base")})
     with pytest.raises(Stop):
-        images.build(spec, engine=engine, out=io.StringIO())
+        builder.build(spec, engine=engine, out=io.StringIO())
     return seen[0].torch_index
 
 
@@ -224,7 +224,7 @@ def test_the_index_rule_lives_in_one_function(monkeypatch):
     assert index == "" and "download.pytorch.org is unreachable" in note
     assert torch_index.choose_index(M, probe=True, environ={"ALL_PROXY": "socks5://p"}) == (M.torch_index, "")
     assert torch_index.choose_index(M, probe=True, environ={torch_index.ENV: ""}) == ("", "")
-    assert images.torch_index_for_builds(M) == (index, note), "the build asks the same function"
+    assert builder.torch_index_for_builds(M) == (index, note), "the build asks the same function"
 
 
 def test_resolving_and_dry_runs_never_probe_the_network(monkeypatch):
@@ -233,6 +233,6 @@ def test_resolving_and_dry_runs_never_probe_the_network(monkeypatch):
 
     monkeypatch.setattr(torch_index, "reachable", no_network)
     monkeypatch.delenv(torch_index.ENV, raising=False)
-    spec = images.resolve_request(target="cpu")
+    spec = builder.resolve_request(target="cpu")
     assert spec.torch_index == "https://download.pytorch.org/whl/cpu"
     assert "--extra-index-url https://download.pytorch.org/whl/cpu" in render.dockerfile(spec, M)

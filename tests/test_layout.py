@@ -64,3 +64,28 @@ def test_no_import_circle() -> None:
                     seen.add(nxt)
                     stack.append((nxt, [*path, nxt]))
     assert not circles, "import circles:\n" + "\n".join(sorted(set(circles))[:10])
+
+
+WINGS = ("image", "container", "ops", "watch", "nsight")
+
+
+def test_a_wings_face_imports_nothing() -> None:
+    """image/, container/, ops/, watch/ and nsight/ name their modules in a docstring and import none, so a low
+    layer that needs kernellab.image.targets does not load the image build with it."""
+    heavy = {}
+    for wing in WINGS:
+        tree = ast.parse((PACKAGE / wing / "__init__.py").read_text())
+        body = [n for n in tree.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+        if body or not ast.get_docstring(tree):
+            heavy[wing] = [type(n).__name__ for n in body] or ["no docstring naming its modules"]
+    assert not heavy, f"a wing's face holds only its docstring: {heavy}"
+
+
+def test_every_module_of_a_wing_is_named_on_its_face() -> None:
+    missing = {}
+    for wing in WINGS:
+        face = ast.get_docstring(ast.parse((PACKAGE / wing / "__init__.py").read_text())) or ""
+        names = {p.stem for p in (PACKAGE / wing).glob("*.py") if p.stem not in ("__init__", "__main__")}
+        names |= {p.parent.name + "/" for p in (PACKAGE / wing).glob("*/__init__.py")}
+        missing[wing] = sorted(n for n in names if n not in face.split())
+    assert not any(missing.values()), f"name these on the wing's face: {missing}"

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from kernellab import compilerlog, extensions, ops, tolerances
 from kernellab.bench import runner, timing
 from kernellab.errors import ConfigError
+from kernellab.ops import compilerlog, extensions, library, tolerances
 
 MINIMAL = """
 description = "test op"
@@ -33,7 +33,7 @@ def make_op(root: Path, name: str = "toy", toml: str = MINIMAL, files: tuple[str
 
 
 def test_every_shipped_op_parses_and_its_formulas_evaluate() -> None:
-    specs = ops.discover()
+    specs = library.discover()
     assert {"vector_add", "softmax", "layernorm", "matmul", "attention", "softmax_triton", "rmsnorm_cpu"} <= {
         s.name for s in specs}
     for spec in specs:
@@ -47,12 +47,12 @@ def test_every_shipped_op_parses_and_its_formulas_evaluate() -> None:
 
 def test_defaults_fill_in(tmp_path: Path) -> None:
     make_op(tmp_path)
-    (spec,) = ops.discover(tmp_path)
+    (spec,) = library.discover(tmp_path)
     assert spec.sources == ["toy.cpp"]
     assert spec.candidates == {"kernellab": "toy"}
     assert spec.baselines == ["eager"]
     assert spec.bench_dtypes == ["float32", "float16"]
-    assert spec.seeds == ops.DEFAULT_SEEDS
+    assert spec.seeds == library.DEFAULT_SEEDS
     assert spec.tolerances == {"float32": (1e-4, 1e-4), "float16": (1e-3, 1e-3)}
     assert spec.bytes_moved({"n": 1024}, "float16") == 4096
     assert not spec.needs_gpu
@@ -62,7 +62,7 @@ def test_folders_without_op_toml_or_starting_with_underscore_are_not_ops(tmp_pat
     make_op(tmp_path, "toy")
     make_op(tmp_path, "_common")
     (tmp_path / "notes").mkdir()
-    assert [s.name for s in ops.discover(tmp_path)] == ["toy"]
+    assert [s.name for s in library.discover(tmp_path)] == ["toy"]
 
 
 def _bench_tolerance(monkeypatch: pytest.MonkeyPatch, spec: Any, dtype: str) -> tuple[float, float]:
@@ -83,14 +83,14 @@ def _bench_tolerance(monkeypatch: pytest.MonkeyPatch, spec: Any, dtype: str) -> 
 
 
 def test_every_dtype_an_op_may_declare_has_a_default_tolerance() -> None:
-    assert set(tolerances.DEFAULTS) == set(ops.ITEMSIZE)
+    assert set(tolerances.DEFAULTS) == set(library.ITEMSIZE)
 
 
 @pytest.mark.parametrize("dtype", sorted(tolerances.DEFAULTS))
 def test_tests_and_bench_check_with_the_same_default_tolerance(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                dtype: str) -> None:
     make_op(tmp_path, toml=MINIMAL.replace('["float32", "float16"]', f'["{dtype}"]'))
-    (spec,) = ops.discover(tmp_path)
+    (spec,) = library.discover(tmp_path)
     # tests/test_kernels.py checks with spec.tolerances[dtype].
     assert spec.tolerances[dtype] == tolerances.DEFAULTS[dtype]
     assert _bench_tolerance(monkeypatch, spec, dtype) == spec.tolerances[dtype]
@@ -98,14 +98,14 @@ def test_tests_and_bench_check_with_the_same_default_tolerance(tmp_path: Path, m
 
 def test_tests_and_bench_check_with_the_same_op_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     make_op(tmp_path, toml=MINIMAL + "\n[tolerances]\nfloat16 = [5e-3, 2e-3]\n")
-    (spec,) = ops.discover(tmp_path)
+    (spec,) = library.discover(tmp_path)
     assert spec.tolerances == {"float32": tolerances.DEFAULTS["float32"], "float16": (5e-3, 2e-3)}
     for dtype in spec.dtypes:
         assert _bench_tolerance(monkeypatch, spec, dtype) == spec.tolerances[dtype]
 
 
 def test_every_shipped_op_is_benched_with_its_test_tolerance(monkeypatch: pytest.MonkeyPatch) -> None:
-    for spec in ops.discover():
+    for spec in library.discover():
         for dtype in spec.bench_dtypes:
             assert _bench_tolerance(monkeypatch, spec, dtype) == spec.tolerances[dtype], (spec.name, dtype)
 
@@ -125,14 +125,14 @@ def test_a_spec_without_tolerances_is_benched_with_the_defaults(monkeypatch: pyt
 def test_select_works_like_pytest_k(tmp_path: Path, expr: str, expected: list[str]) -> None:
     for name in ("softmax", "softmax_triton", "layernorm", "vector_add"):
         make_op(tmp_path, name, files=(f"{name}.cpp",))
-    assert [s.name for s in ops.discover(tmp_path, select=expr)] == expected
+    assert [s.name for s in library.discover(tmp_path, select=expr)] == expected
 
 
 @pytest.mark.parametrize("expr", ["soft and", "a; import os", "x == y"])
 def test_bad_select_is_a_config_error(tmp_path: Path, expr: str) -> None:
     make_op(tmp_path)
     with pytest.raises(ConfigError, match="-k"):
-        ops.discover(tmp_path, select=expr)
+        library.discover(tmp_path, select=expr)
 
 
 @pytest.mark.parametrize("change, message", [
@@ -148,18 +148,18 @@ def test_mistakes_in_op_toml_name_the_file_and_key(tmp_path: Path, change: tuple
     toml = MINIMAL.replace(old, new, 1) if old else MINIMAL + new  # a [table] must come last
     make_op(tmp_path, toml=toml)
     with pytest.raises(ConfigError, match=message) as info:
-        ops.discover(tmp_path)
+        library.discover(tmp_path)
     assert "toy/op.toml" in str(info.value)
 
 
 def test_missing_reference_or_sources_are_reported(tmp_path: Path) -> None:
     folder = make_op(tmp_path, files=())
     with pytest.raises(ConfigError, match="no sources"):
-        ops.discover(tmp_path)
+        library.discover(tmp_path)
     (folder / "toy.cpp").write_text("")
     (folder / "reference.py").unlink()
     with pytest.raises(ConfigError, match="reference.py"):
-        ops.discover(tmp_path)
+        library.discover(tmp_path)
 
 
 PTXAS_LOG = """\
@@ -213,13 +213,13 @@ def test_build_table_lists_kernels_skips_and_failures(tmp_path: Path) -> None:
     make_op(tmp_path, "aa")
     make_op(tmp_path, "bb")
     make_op(tmp_path, "cc")
-    a, b, c = ops.discover(tmp_path)
+    a, b, c = library.discover(tmp_path)
     resources = tuple(r for rows in compilerlog.parse_ptxas(PTXAS_LOG).values() for r in rows)
     build = extensions.Build("kernellab_aa", tmp_path / "a.so", tmp_path, 12.34, True, resources)
-    table = ops.build_table([
-        ops.BuildOutcome(a, build),
-        ops.BuildOutcome(b, note="Triton compiles at the first call"),
-        ops.BuildOutcome(c, note="cc does not compile:\nc.cu(3): error: x", failed=True),
+    table = library.build_table([
+        library.BuildOutcome(a, build),
+        library.BuildOutcome(b, note="Triton compiles at the first call"),
+        library.BuildOutcome(c, note="cc does not compile:\nc.cu(3): error: x", failed=True),
     ])
     lines = table.splitlines()
     assert lines[0].split()[:4] == ["op", "status", "seconds", "kernel"]
@@ -233,20 +233,20 @@ def test_build_table_lists_kernels_skips_and_failures(tmp_path: Path) -> None:
 
 def test_an_op_needing_a_newer_cuda_says_so_when_built_and_tested(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     toml = MINIMAL.replace('kind = "cpu"', 'kind = "cuda"') + 'min_cuda = ["12.8", "tcgen05 instructions"]\n'
-    spec = ops.parse_spec(make_op(tmp_path, toml=toml, files=("toy.cu",)) / "op.toml")
+    spec = library.parse_spec(make_op(tmp_path, toml=toml, files=("toy.cu",)) / "op.toml")
     assert spec.min_cuda == ("12.8", "tcgen05 instructions")
     import torch
 
     monkeypatch.setattr(torch.version, "cuda", "12.4")
     expected = "toy needs CUDA 12.8 or newer (tcgen05 instructions); this is CUDA 12.4"
-    assert ops.unbuildable(spec) == expected
+    assert library.unbuildable(spec) == expected
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert ops.unavailable(spec) == expected, "the op's tests skip with the same reason"
+    assert library.unavailable(spec) == expected, "the op's tests skip with the same reason"
     monkeypatch.setattr(torch.version, "cuda", "12.10")
-    assert ops.unbuildable(spec) is None and ops.unavailable(spec) is None
+    assert library.unbuildable(spec) is None and library.unavailable(spec) is None
 
 
 def test_a_bad_min_cuda_names_the_form(tmp_path: Path) -> None:
     folder = make_op(tmp_path, toml=MINIMAL + 'min_cuda = "12.8"\n')
     with pytest.raises(ConfigError, match=r'min_cuda must be \["X.Y", "what needs it"\]'):
-        ops.parse_spec(folder / "op.toml")
+        library.parse_spec(folder / "op.toml")

@@ -71,9 +71,9 @@ def test_repository_paths_map_to_workspace_and_others_are_refused(tmp_path) -> N
 
 def test_on_a_cluster_a_job_writes_where_its_task_gathers() -> None:
     assert places.cluster_command(jobs.profile("softmax")) == (
-        "bash", "-c", 'python -m kernellab.profile -k softmax --set basic --out "$KERNELLAB_RESULTS"')
+        "bash", "-c", 'python -m kernellab.nsight.profile -k softmax --set basic --out "$KERNELLAB_RESULTS"')
     assert places.cluster_command(jobs.sanitize("relu_oob", tool="racecheck")) == (
-        "bash", "-c", "python -m kernellab.sanitize -k relu_oob --tool racecheck")
+        "bash", "-c", "python -m kernellab.nsight.sanitize -k relu_oob --tool racecheck")
     with pytest.raises(ClusterError, match="`invoke watch` needs this terminal") as e:
         places.Cluster().run(jobs.Job("watch", ("python",), interactive=True))
     assert e.value.exit_code == 2
@@ -97,15 +97,16 @@ def test_flags_are_long_and_mean_the_same_in_every_task() -> None:
 
 def test_a_targets_image_is_inspected_once_and_travels_as_a_value(monkeypatch) -> None:
     from fake_engine import fake, image
-    from kernellab import containers, images
+    from kernellab.container import runner
+    from kernellab.image import builder
 
     eng = fake("docker", {"kernellab:cpu": image("sha256:c0ffee", env=["PATH=/opt/venv/bin:/usr/bin"],
                                                  labels={"kernellab.arch-list": "9.0"})})
     asked: list[str] = []
     real = eng.inspect
     monkeypatch.setattr(eng, "inspect", lambda ref: asked.append(ref) or real(ref))
-    found = images.image_for_target("cpu", engine=eng)
+    found = builder.image_for_target("cpu", engine=eng)
     assert (found.ref, found.id, found.labels["kernellab.arch-list"]) == ("kernellab:cpu", "sha256:c0ffee", "9.0")
-    argv = containers.run_argv(found, ["true"], user=(1, 1), engine=eng)
+    argv = runner.run_argv(found, ["true"], user=(1, 1), engine=eng)
     assert asked == ["kernellab:cpu"], "one inspect for the lookup, none for the container's command line"
     assert argv[argv.index("KERNELLAB_IMAGE_ID=sha256:c0ffee") - 1] == "-e" and "kernellab:cpu" in argv

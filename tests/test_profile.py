@@ -1,5 +1,5 @@
-"""invoke profile / sanitize without a GPU: ncu's command line, reading ncu's CSV export (kernellab.ncu),
-the summary table (kernellab.profilereport), compute-sanitizer's output and what `invoke sanitize` prints
+"""invoke profile / sanitize without a GPU: ncu's command line, reading ncu's CSV export (kernellab.nsight.ncu),
+the summary table (kernellab.nsight.report), compute-sanitizer's output and what `invoke sanitize` prints
 from it (both captured on the H100 machine, in tests/data/), and doctor's view of counter permissions from
 stand-in driver params files."""
 from __future__ import annotations
@@ -9,17 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from kernellab import ncu, nvtools, proc, profile, profilereport, sanitize
+from kernellab import proc
 from kernellab.errors import ConfigError
-from kernellab.opspec import KERNELS, parse_spec
+from kernellab.nsight import ncu, profile, report, sanitize, tools
+from kernellab.ops.spec import KERNELS, parse_spec
 
 DATA = Path(__file__).parent / "data"
 
 
 def test_ncu_profiles_only_the_nvtx_range_with_clocks_and_caches_controlled(tmp_path: Path) -> None:
-    argv = ncu.ncu_argv("/x/ncu", tmp_path / "r.ncu-rep", ["python", "-m", "kernellab.profile", "--launch"])
+    argv = ncu.ncu_argv("/x/ncu", tmp_path / "r.ncu-rep", ["python", "-m", "kernellab.nsight.profile", "--launch"])
     joined = " ".join(argv)
-    assert argv[0] == "/x/ncu" and argv[-4:] == ["python", "-m", "kernellab.profile", "--launch"]
+    assert argv[0] == "/x/ncu" and argv[-4:] == ["python", "-m", "kernellab.nsight.profile", "--launch"]
     assert "--nvtx --nvtx-include kernellab/" in joined
     assert "--clock-control base" in joined and "--cache-control all" in joined
     assert "--set basic --section WarpStateStats" in joined
@@ -70,8 +71,8 @@ def test_the_limiter_is_the_unit_above_sixty_percent(sm: float | None, mem: floa
 
 def test_ncu_failures_become_one_sentence_with_the_remedy() -> None:
     perm = "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters"
-    assert ncu.explain_failure(perm, 1, "ncu") == nvtools.COUNTERS_REMEDY
-    assert "NVreg_RestrictProfilingToAdminUsers=0" in nvtools.COUNTERS_REMEDY and "--trace" in nvtools.COUNTERS_REMEDY
+    assert ncu.explain_failure(perm, 1, "ncu") == tools.COUNTERS_REMEDY
+    assert "NVreg_RestrictProfilingToAdminUsers=0" in tools.COUNTERS_REMEDY and "--trace" in tools.COUNTERS_REMEDY
     unsupported = "==ERROR== Device 0 is not supported by this version of Nsight Compute"
     assert "does not support this GPU" in ncu.explain_failure(unsupported, 1, "/opt/ncu")
     assert ncu.explain_failure("==ERROR== something else\n", 1, "ncu") == "ncu failed: something else"
@@ -103,7 +104,7 @@ def test_the_summary_puts_candidate_and_baselines_side_by_side() -> None:
            "set": "basic", "warmup_calls": 3, "seconds": 30.0, "ncu": {"version": "2025.3"},
            "impls": {"kernellab": {"role": "candidate", "kernels": [kernel]},
                      "eager": {"role": "baseline", "kernels": [dict(kernel, kernel="cunn_SoftMaxForward")]}}}
-    text = profilereport.to_markdown(doc)
+    text = report.to_markdown(doc)
     assert "| kernellab (candidate) | `softmax_kernel` | 41.2 µs | 81.3 | 83.1 | 47.1 | 2725 | 89.8 / 100.0 % | 32 " \
            "| 256 B | memory (L2) | long_scoreboard 12.6" in text
     assert "| eager (baseline) | `cunn_SoftMaxForward` |" in text
@@ -203,9 +204,9 @@ def test_sanitizer_command_line() -> None:
 
 
 def test_counters_restricted_reads_the_driver_params() -> None:
-    assert nvtools.counters_restricted("EnableMSI: 1\nRmProfilingAdminOnly: 1\n") is True
-    assert nvtools.counters_restricted("RmProfilingAdminOnly: 0\n") is False
-    assert nvtools.counters_restricted("EnableMSI: 1\n") is None and nvtools.counters_restricted(None) is None
+    assert tools.counters_restricted("EnableMSI: 1\nRmProfilingAdminOnly: 1\n") is True
+    assert tools.counters_restricted("RmProfilingAdminOnly: 0\n") is False
+    assert tools.counters_restricted("EnableMSI: 1\n") is None and tools.counters_restricted(None) is None
 
 
 @pytest.mark.parametrize("params, uid, ncu, severity, words", [
@@ -220,11 +221,11 @@ def test_doctor_profiling_readiness(tmp_path: Path, params: str | None, uid: int
     path = tmp_path / "params"
     if params is not None:
         path.write_text(params)
-    r = nvtools.readiness(Path(ncu) if ncu else None, nvtools.read_params(path), uid, has_gpu=True)
+    r = tools.readiness(Path(ncu) if ncu else None, tools.read_params(path), uid, has_gpu=True)
     assert r.severity == severity and words in r.message
     if severity == "warn" and params and "1" in params:
-        assert r.remedy == nvtools.COUNTERS_REMEDY
-    assert nvtools.readiness(None, params, uid, has_gpu=False).severity == "info"
+        assert r.remedy == tools.COUNTERS_REMEDY
+    assert tools.readiness(None, params, uid, has_gpu=False).severity == "info"
 
 
 def test_tools_are_found_by_override_then_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -234,23 +235,23 @@ def test_tools_are_found_by_override_then_path(tmp_path: Path, monkeypatch: pyte
     tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
     monkeypatch.delenv("KERNELLAB_NCU", raising=False)
     monkeypatch.setenv("PATH", str(tool.parent))
-    assert nvtools.find("ncu") == tool
+    assert tools.find("ncu") == tool
     monkeypatch.setenv("KERNELLAB_NCU", str(tmp_path / "missing"))
-    assert nvtools.find("ncu") is None  # a wrong override is not silently replaced by another ncu
+    assert tools.find("ncu") is None  # a wrong override is not silently replaced by another ncu
     monkeypatch.setenv("KERNELLAB_NCU", str(tool))
-    assert nvtools.find("ncu") == tool
-    assert nvtools.install_folder(tool) == tool.parent
+    assert tools.find("ncu") == tool
+    assert tools.install_folder(tool) == tool.parent
 
 
 def test_a_container_gets_the_hosts_nsight_compute_read_only_and_no_extra_privilege(tmp_path: Path) -> None:
     from fake_engine import fake, image
-    from kernellab import containers
+    from kernellab.container import runner
 
     ncu_dir = tmp_path / "nsight-compute" / "2025.3.1"
-    argv = containers.run_argv("img:1", ["python", "-m", "kernellab.profile"], user=(1000, 1000), repo=tmp_path,
-                               cache=tmp_path, mounts=[f"{ncu_dir}:{nvtools.HOST_NCU}:ro"],
+    argv = runner.run_argv("img:1", ["python", "-m", "kernellab.nsight.profile"], user=(1000, 1000), repo=tmp_path,
+                               cache=tmp_path, mounts=[f"{ncu_dir}:{tools.HOST_NCU}:ro"],
                                engine=fake("docker", {"img:1": image()}))
     assert f"{ncu_dir}:/opt/kernellab/host-nsight-compute:ro" in argv
     assert argv[argv.index("--user") + 1] == "1000:1000"
     assert "--privileged" not in argv and not any(a.startswith("--cap-add") for a in argv)
-    assert f"{nvtools.HOST_NCU}/ncu" in nvtools._FOLDERS["ncu"]  # found there when the image has none
+    assert f"{tools.HOST_NCU}/ncu" in tools._FOLDERS["ncu"]  # found there when the image has none

@@ -1,7 +1,7 @@
 """invoke profile and invoke sanitize for real on a GPU: Nsight Compute reports for the ops and their
 baselines, the planted bugs (tests/planted/) caught, the shipped ops clean. Run natively and, on the GPU
 machine, in the gpuhost container as UID 1000 (.ci/gpu-host.sh). Each test starts the tools as the task
-does (`python -m kernellab.profile` / `kernellab.sanitize`) and reads what they wrote."""
+does (`python -m kernellab.nsight.profile` / `kernellab.nsight.sanitize`) and reads what they wrote."""
 from __future__ import annotations
 
 import json
@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from kernellab import ROOT, nvtools, pythonpath
-from kernellab.opspec import discover
+from kernellab import ROOT, pythonpath
+from kernellab.nsight import tools
+from kernellab.ops.spec import discover
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 PLANTED = Path(__file__).parent / "planted"
@@ -26,15 +27,15 @@ def kernellab(*argv: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(autouse=True)
-def tools() -> None:
+def nsight_tools() -> None:
     for tool in ("ncu", "compute-sanitizer"):
-        if nvtools.find(tool) is None:
+        if tools.find(tool) is None:
             pytest.fail(f"{tool} is not installed here; the GPU machine and its gpuhost image have it")
 
 
 @pytest.mark.parametrize("op", ["softmax", "matmul", "attention", "softmax_triton"])
 def test_profile_reports_the_candidate_and_every_baseline(op: str, tmp_path: Path) -> None:
-    result = kernellab("kernellab.profile", "-k", op, "--out", str(tmp_path))
+    result = kernellab("kernellab.nsight.profile", "-k", op, "--out", str(tmp_path))
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     folder = tmp_path / "profile"
     doc = json.loads((folder / "profile.json").read_text())
@@ -52,7 +53,7 @@ def test_profile_reports_the_candidate_and_every_baseline(op: str, tmp_path: Pat
 
 
 def test_a_kernel_filter_that_matches_nothing_is_one_sentence_and_leaves_no_report(tmp_path: Path) -> None:
-    result = kernellab("kernellab.profile", "-k", "softmax", "--impl", "kernellab", "--kernel", "no_such_kernel",
+    result = kernellab("kernellab.nsight.profile", "-k", "softmax", "--impl", "kernellab", "--kernel", "no_such_kernel",
                        "--out", str(tmp_path))
     assert result.returncode != 0
     assert result.stderr.strip().startswith("kernellab: --kernel 'no_such_kernel' matches no kernel")
@@ -61,7 +62,7 @@ def test_a_kernel_filter_that_matches_nothing_is_one_sentence_and_leaves_no_repo
 
 
 def test_trace_writes_a_chrome_trace_per_implementation(tmp_path: Path) -> None:
-    result = kernellab("kernellab.profile", "-k", "vector_add", "--trace", "--out", str(tmp_path))
+    result = kernellab("kernellab.nsight.profile", "-k", "vector_add", "--trace", "--out", str(tmp_path))
     assert result.returncode == 0, result.stderr[-2000:]
     doc = json.loads((tmp_path / "profile" / "profile.json").read_text())
     for info in doc["impls"].values():
@@ -70,7 +71,7 @@ def test_trace_writes_a_chrome_trace_per_implementation(tmp_path: Path) -> None:
 
 
 def test_sanitize_catches_the_out_of_bounds_write() -> None:
-    result = kernellab("kernellab.sanitize", "-k", "oob_write", "--kernels", str(PLANTED), "--tool", "memcheck")
+    result = kernellab("kernellab.nsight.sanitize", "-k", "oob_write", "--kernels", str(PLANTED), "--tool", "memcheck")
     assert result.returncode == 1, result.stdout
     assert "Invalid __global__ write of size 4 bytes" in result.stdout
     assert "oob_write_kernel" in result.stdout and "oob_write.cu:8" in result.stdout
@@ -78,7 +79,7 @@ def test_sanitize_catches_the_out_of_bounds_write() -> None:
 
 
 def test_sanitize_catches_the_shared_memory_race() -> None:
-    result = kernellab("kernellab.sanitize", "-k", "shared_race", "--kernels", str(PLANTED), "--tool", "racecheck")
+    result = kernellab("kernellab.nsight.sanitize", "-k", "shared_race", "--kernels", str(PLANTED), "--tool", "racecheck")
     assert result.returncode == 1, result.stdout
     assert "Race reported between Write access" in result.stdout
     assert "shared_race.cu:10 and shared_race.cu:12" in result.stdout
@@ -88,7 +89,7 @@ def test_sanitize_catches_the_shared_memory_race() -> None:
 def test_every_shipped_op_is_clean_under_every_tool(op: str) -> None:
     if os.environ.get("KERNELLAB_SANITIZE_OPS") and op not in os.environ["KERNELLAB_SANITIZE_OPS"].split(","):
         pytest.skip("KERNELLAB_SANITIZE_OPS names other ops")
-    result = kernellab("kernellab.sanitize", "-k", op, "--tool", "all")
+    result = kernellab("kernellab.nsight.sanitize", "-k", op, "--tool", "all")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     for tool in ("memcheck", "racecheck", "initcheck", "synccheck"):
         assert f"{tool}: clean" in result.stdout

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import io
 
-from kernellab import images, progress
+from kernellab import progress
+from kernellab.image import builder
 
 
 class Terminal(io.StringIO):
@@ -43,7 +44,7 @@ def test_on_a_terminal_it_is_a_tqdm_bar_with_output_above_it():
 
 def test_a_build_log_passes_through_untouched_when_not_a_terminal():
     out = io.StringIO()
-    steps = images.BuildSteps(out)
+    steps = builder.BuildSteps(out)
     lines = ["#5 [1/3] FROM base\n", "#6 [2/3] RUN apt-get install gcc\n", "#6 0.5 Reading lists\n"]
     for line in lines:
         steps.write(line)
@@ -55,7 +56,7 @@ def test_build_steps_drive_a_bar_on_a_terminal_for_buildkit_and_podman_lines():
     for lines in (["#5 [stage-1 1/3] FROM base\n", "#6 [stage-1 2/3] RUN make\n"],
                   ["STEP 1/3: FROM base\n", "STEP 2/3: RUN make\n"]):
         out = Terminal()
-        steps = images.BuildSteps(out)
+        steps = builder.BuildSteps(out)
         for line in lines:
             steps.write(line)
         assert steps.bar is not None and steps.bar.total == 3 and steps.bar.done == 1

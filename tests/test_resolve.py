@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from kernellab import kinds, render, targets
 from kernellab.cli.images import write_rendered
 from kernellab.errors import ResolveError
-from kernellab.resolve import resolve
-from kernellab.spec import BaseFacts
-from kernellab.targets import BaseImage
+from kernellab.image import kinds, render, targets
+from kernellab.image.resolve import resolve
+from kernellab.image.spec import BaseFacts
+from kernellab.image.targets import BaseImage
 
 ROOT = Path(__file__).resolve().parents[1]
 M = targets.load()
@@ -311,7 +311,7 @@ def test_llvm_as_a_library_is_not_held_against_cudas_clang_limit():
 
 def test_an_unknown_llvm_role_is_one_sentence():
     from kernellab.errors import ConfigError
-    from kernellab.targets import parse_target
+    from kernellab.image.targets import parse_target
 
     with pytest.raises(ConfigError, match=r"`llvm_role` must be \"library\" .* or \"cuda\" .*, not str 'both'"):
         parse_target("x", {"llvm": "10", "llvm_role": "both"})

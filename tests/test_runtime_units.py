@@ -10,8 +10,10 @@ import urllib.request
 import pytest
 
 from fake_engine import fake, image
-from kernellab import compat, containers, doctor, gpu, images, network
+from kernellab import doctor, gpu
+from kernellab.container import runner
 from kernellab.errors import KernellabError
+from kernellab.image import builder, compat, network
 
 IMG = {"img:1": image("sha256:feed", env=["PATH=/opt/venv/bin:/usr/bin", "LD_LIBRARY_PATH=/usr/local/cuda/lib64"])}
 
@@ -22,7 +24,7 @@ def fake_image():
 
 
 def test_run_argv_mounts_repo_and_cache_runs_as_the_caller_and_is_not_privileged(fake_image, tmp_path):
-    argv = containers.run_argv("img:1", ["pytest", "-q"], user=(1234, 567), repo=tmp_path, cache=tmp_path / "c",
+    argv = runner.run_argv("img:1", ["pytest", "-q"], user=(1234, 567), repo=tmp_path, cache=tmp_path / "c",
                                engine=fake_image)
     assert argv[:2] == ["docker", "run"] and argv[-3:] == ["img:1", "pytest", "-q"]
     assert "--privileged" not in argv and "--rm" in argv
@@ -35,7 +37,7 @@ def test_run_argv_mounts_repo_and_cache_runs_as_the_caller_and_is_not_privileged
 def test_kernellab_switches_reach_the_container_by_name_only(fake_image, tmp_path, monkeypatch):
     monkeypatch.setenv("KERNELLAB_OPS", "softmax")
     monkeypatch.setenv("KERNELLAB_TORCH_INDEX", "https://u:secret@mirror/{variant}")
-    argv = containers.run_argv("img:1", [], user=(1, 1), repo=tmp_path, cache=tmp_path, engine=fake_image)
+    argv = runner.run_argv("img:1", [], user=(1, 1), repo=tmp_path, cache=tmp_path, engine=fake_image)
     assert "KERNELLAB_OPS" in argv and "KERNELLAB_TORCH_INDEX" in argv
     assert not any("secret" in a for a in argv), "values are read by docker from the environment, not argv"
 
@@ -44,7 +46,7 @@ def test_devices_mode_passes_nodes_and_driver_libraries_and_extends_paths(fake_i
     monkeypatch.setattr(gpu, "device_nodes", lambda: ["/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm"])
     monkeypatch.setattr(gpu, "driver_files", lambda: {"/usr/lib/x86_64-linux-gnu/libcuda.so.580.1":
                                                       "/usr/local/nvidia/lib64/libcuda.so.1"})
-    argv = containers.run_argv("img:1", ["nvidia-smi"], gpu_mode="devices", user=(1, 1), repo=tmp_path,
+    argv = runner.run_argv("img:1", ["nvidia-smi"], gpu_mode="devices", user=(1, 1), repo=tmp_path,
                                cache=tmp_path, engine=fake_image)
     devices = [argv[i + 1] for i, a in enumerate(argv) if a == "--device"]
     assert devices == ["/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm"]
@@ -56,7 +58,7 @@ def test_devices_mode_passes_nodes_and_driver_libraries_and_extends_paths(fake_i
 
 @pytest.mark.parametrize("mode,flag", [("nvidia", ["--gpus", "all"]), ("cdi", ["--device", "nvidia.com/gpu=all"])])
 def test_runtime_and_cdi_modes(mode, flag, fake_image, tmp_path):
-    argv = containers.run_argv("img:1", [], gpu_mode=mode, user=(1, 1), repo=tmp_path, cache=tmp_path,
+    argv = runner.run_argv("img:1", [], gpu_mode=mode, user=(1, 1), repo=tmp_path, cache=tmp_path,
                                engine=fake_image)
     assert argv[argv.index(flag[0]) + 1] == flag[1]
 
@@ -68,20 +70,20 @@ def test_unknown_gpu_mode_is_refused(fake_image):
 
 def test_podman_has_no_gpus_flag_and_says_which_modes_it_has(tmp_path):
     with pytest.raises(KernellabError, match="cannot attach GPUs in mode `nvidia`; use one of cdi, devices"):
-        containers.run_argv("img:1", [], gpu_mode="nvidia", user=(1, 1), repo=tmp_path, cache=tmp_path,
+        runner.run_argv("img:1", [], gpu_mode="nvidia", user=(1, 1), repo=tmp_path, cache=tmp_path,
                             engine=fake("podman", IMG))
-    argv = containers.run_argv("img:1", [], gpu_mode="cdi", user=(1, 1), repo=tmp_path, cache=tmp_path,
+    argv = runner.run_argv("img:1", [], gpu_mode="cdi", user=(1, 1), repo=tmp_path, cache=tmp_path,
                                engine=fake("podman", IMG))
     assert argv[0] == "podman" and argv[argv.index("--device") + 1] == "nvidia.com/gpu=all"
 
 
 def test_rootless_podman_keeps_the_callers_uid_and_uses_host_networking(tmp_path, monkeypatch):
     monkeypatch.setattr("os.geteuid", lambda: 1000)
-    argv = containers.run_argv("img:1", ["id"], user=(1000, 1000), repo=tmp_path, cache=tmp_path,
+    argv = runner.run_argv("img:1", ["id"], user=(1000, 1000), repo=tmp_path, cache=tmp_path,
                                engine=fake("podman", IMG))
     assert "--userns=keep-id" in argv and argv[argv.index("--user") + 1] == "1000:1000"
     assert argv[argv.index("--network") + 1] == "host", "rootless slirp4netns needs /dev/net/tun"
-    none = containers.run_argv("img:1", ["id"], user=(1000, 1000), repo=tmp_path, cache=tmp_path, network="none",
+    none = runner.run_argv("img:1", ["id"], user=(1000, 1000), repo=tmp_path, cache=tmp_path, network="none",
                                engine=fake("podman", IMG))
     assert none[none.index("--network") + 1] == "none"
 
@@ -119,7 +121,7 @@ def test_engine_choice_follows_the_variable_and_refuses_unknown_names(monkeypatc
 def test_caller_ids_follow_sudo(monkeypatch):
     monkeypatch.setenv("SUDO_UID", "1001")
     monkeypatch.setenv("SUDO_GID", "1002")
-    assert containers.caller_ids() == (1001, 1002)
+    assert runner.caller_ids() == (1001, 1002)
 
 
 def test_local_pip_sources_are_served_and_credentials_stay_in_the_secret(tmp_path):
@@ -191,16 +193,16 @@ def test_doctor_checks_are_ordered_and_each_has_a_name():
 
 
 def test_unreachable_torch_index_is_dropped_with_a_note(monkeypatch):
-    from kernellab import targets
+    from kernellab.image import targets
     monkeypatch.delenv("KERNELLAB_TORCH_INDEX", raising=False)
     for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY"):
         monkeypatch.delenv(v, raising=False)
     m = targets.load()
     m = __import__("dataclasses").replace(m, torch_index="https://kernellab-unreachable.invalid/{variant}")
-    index, note = images.torch_index_for_builds(m)
+    index, note = builder.torch_index_for_builds(m)
     assert index == "" and "unreachable" in note
     monkeypatch.setenv("KERNELLAB_TORCH_INDEX", "https://mirror/{variant}")
-    assert images.torch_index_for_builds(m) == ("https://mirror/{variant}", "")
+    assert builder.torch_index_for_builds(m) == ("https://mirror/{variant}", "")
 
 
 def test_trusted_hosts_are_one_line_with_the_local_server(tmp_path):
@@ -220,8 +222,8 @@ def test_multi_line_pip_values_are_split_into_urls(monkeypatch):
 
 
 def test_a_private_torch_index_never_reaches_the_dockerfile():
-    from kernellab import render, targets
-    from kernellab.resolve import resolve
+    from kernellab.image import render, targets
+    from kernellab.image.resolve import resolve
     m = targets.load()
     private = resolve(m, target="cpu", torch_index="https://u:tok@mirror.corp/{variant}")
     assert "mirror.corp" not in render.dockerfile(private, m)

@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from kernellab import compat, engine, proc, transfer
+from kernellab import engine, proc, transfer
 from kernellab.errors import EngineError, TransferError
+from kernellab.image import compat
 
 ROOT = Path(__file__).resolve().parents[1]
 

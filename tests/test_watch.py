@@ -20,10 +20,12 @@ from typing import Any
 import pytest
 from invoke import Exit
 
-from kernellab import ROOT, opspec, watch, watchresult
+from kernellab import ROOT
 from kernellab.cli import watch as task_module
 from kernellab.errors import ConfigError, UsageError
+from kernellab.ops import spec
 from kernellab.places import in_workspace
+from kernellab.watch import screen, serve
 from places_fixtures import RecordingPlace, context
 
 OP = "rmsnorm_cpu"
@@ -32,13 +34,13 @@ DTYPES = ["float32", "float64"]
 
 
 def _result(status: str = "pass", *, failing: set[tuple[int, str]] = frozenset(), labels: tuple[str, ...] = ("kernellab",),
-            **kw: Any) -> watchresult.RoundResult:
-    cases = [watchresult.CaseResult(label, shape, dtype, seed,
+            **kw: Any) -> screen.RoundResult:
+    cases = [screen.CaseResult(label, shape, dtype, seed,
                               "3 of 17000 elements differ (atol 0.0001, rtol 0.0001); first at [0, 5]: got 1.01, expected 1"
                               if (i, dtype) in failing and label == labels[-1] else None)
              for label in labels for i, shape in enumerate(SHAPES) for dtype in DTYPES for seed in (0, 1)]
-    args = [watchresult.ArgResult(label, check) for label in labels for check in ("dtype", "device", "contiguous", "shapes")]
-    r = watchresult.RoundResult(op=OP, trigger=watchresult.Trigger(changed=[f"{OP}/rmsnorm.cpp"], saved=0.0), status=status,
+    args = [screen.ArgResult(label, check) for label in labels for check in ("dtype", "device", "contiguous", "shapes")]
+    r = screen.RoundResult(op=OP, trigger=screen.Trigger(changed=[f"{OP}/rmsnorm.cpp"], saved=0.0), status=status,
                           build="rebuilt in 0.8 s", candidates=list(labels), shapes=SHAPES, dtypes=DTYPES,
                           cases=cases, args=args, seconds=1.23)
     for k, v in kw.items():
@@ -50,13 +52,13 @@ def _result(status: str = "pass", *, failing: set[tuple[int, str]] = frozenset()
 
 
 def test_a_round_says_where_its_time_went() -> None:
-    text = watchresult.render(_result(phases={"start": 0.05, "build": 1.1, "checks": 0.2}))
+    text = screen.render(_result(phases={"start": 0.05, "build": 1.1, "checks": 0.2}))
     assert text.splitlines()[-2] == "  time: start 0.05 s, build 1.10 s, checks 0.20 s"
-    assert "time:" not in watchresult.render(_result()), "no line without figures"
+    assert "time:" not in screen.render(_result()), "no line without figures"
 
 
 def test_a_passing_round_is_a_table_of_shapes_by_dtypes_and_a_pass_line() -> None:
-    text = watchresult.render(_result())
+    text = screen.render(_result())
     lines = text.splitlines()
     assert lines[0] == f"{OP}: rebuilt in 0.8 s"
     assert re.match(r"^  shape +float32 +float64$", lines[1])
@@ -67,7 +69,7 @@ def test_a_passing_round_is_a_table_of_shapes_by_dtypes_and_a_pass_line() -> Non
 
 
 def test_a_failing_round_marks_the_cell_and_shows_the_first_mismatch() -> None:
-    text = watchresult.render(_result("fail", failing={(1, "float32")}))
+    text = screen.render(_result("fail", failing={(1, "float32")}))
     assert re.search(r"^  rows=1 cols=1 +pass +pass$", text, re.M)
     assert re.search(r"^  rows=17 cols=1000 +FAIL +pass$", text, re.M)
     assert "  first failure: kernellab rows=17 cols=1000 float32 seed 0:\n    3 of 17000 elements differ" in text
@@ -75,14 +77,14 @@ def test_a_failing_round_marks_the_cell_and_shows_the_first_mismatch() -> None:
 
 
 def test_with_several_candidates_a_cell_names_the_failing_ones() -> None:
-    text = watchresult.render(_result("fail", failing={(0, "float64")}, labels=("tiled", "tensorcore")))
+    text = screen.render(_result("fail", failing={(0, "float64")}, labels=("tiled", "tensorcore")))
     assert re.search(r"^  rows=1 cols=1 +pass +FAIL tensorcore$", text, re.M)
 
 
 def test_failed_argument_checks_are_listed() -> None:
     r = _result("fail")
-    r.args[1] = watchresult.ArgResult("kernellab", "device", "a first input with the wrong device was accepted")
-    text = watchresult.render(r)
+    r.args[1] = screen.ArgResult("kernellab", "device", "a first input with the wrong device was accepted")
+    text = screen.render(r)
     assert "argument checks: FAIL 1 of 4" in text
     assert "    kernellab device: a first input with the wrong device was accepted" in text
     assert text.splitlines()[-1] == f"FAIL {OP}: 1 of 4 argument checks fail; 1.2 s from save to result"
@@ -92,7 +94,7 @@ def test_a_compile_error_shows_the_compilers_lines_and_waits() -> None:
     error = ("kernellab_rmsnorm_cpu does not compile:\nrmsnorm.cpp:30:1: error: 'syntax' does not name a type\n"
              "   30 | syntax error here\n(full log: /cache/build.log)")
     r = _result("error", summary="does not compile", error=error, cases=[], args=[], build="")
-    text = watchresult.render(r)
+    text = screen.render(r)
     assert "  rmsnorm.cpp:30:1: error: 'syntax' does not name a type" in text and "shape" not in text
     assert text.splitlines()[-1] == (f"ERROR {OP}: does not compile; 1.2 s from save to result; "
                                      "waiting for the next save")
@@ -100,22 +102,22 @@ def test_a_compile_error_shows_the_compilers_lines_and_waits() -> None:
 
 def test_long_errors_are_cut_to_one_screen_on_a_terminal() -> None:
     error = "\n".join(f"line {i}" for i in range(200))
-    text = watchresult.render(_result("error", summary="does not compile", error=error, cases=[], args=[]), tty=True, height=30)
+    text = screen.render(_result("error", summary="does not compile", error=error, cases=[], args=[]), tty=True, height=30)
     assert len(text.splitlines()) <= 30 and "more lines)" in text
 
 
 def test_on_a_terminal_the_status_is_coloured() -> None:
-    assert "\033[1;32mPASS" in watchresult.render(_result(), tty=True)
-    assert "\033[1;31mFAIL" in watchresult.render(_result("fail", failing={(0, "float32")}), tty=True)
+    assert "\033[1;32mPASS" in screen.render(_result(), tty=True)
+    assert "\033[1;31mFAIL" in screen.render(_result("fail", failing={(0, "float32")}), tty=True)
 
 
 def test_the_first_round_counts_from_the_start() -> None:
-    r = _result(trigger=watchresult.Trigger(changed=[], saved=0.0, first=True))
-    assert watchresult.status_line(r).endswith("1.2 s from start to result")
+    r = _result(trigger=screen.Trigger(changed=[], saved=0.0, first=True))
+    assert screen.status_line(r).endswith("1.2 s from start to result")
 
 
 def test_bench_lines_follow_the_checks() -> None:
-    text = watchresult.render(_result(bench=["bench (quick) rows=4096 cols=4096 float32:", "  kernellab  12.000 ms"]))
+    text = screen.render(_result(bench=["bench (quick) rows=4096 cols=4096 float32:", "  kernellab  12.000 ms"]))
     assert "  bench (quick) rows=4096 cols=4096 float32:\n    kernellab  12.000 ms\nPASS" in text
 
 
@@ -125,37 +127,37 @@ def test_bench_lines_follow_the_checks() -> None:
 def test_an_unknown_op_gets_the_closest_name(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"no op named `rmsnrm_cpu` in .* \(did you mean rmsnorm_cpu\?\); "
                                           r"the ops are: .*rmsnorm_cpu"):
-        opspec.find_op(ROOT / "kernels", "rmsnrm_cpu")
+        spec.find_op(ROOT / "kernels", "rmsnrm_cpu")
     with pytest.raises(ConfigError) as e:
-        opspec.find_op(ROOT / "kernels", "zzzz")
+        spec.find_op(ROOT / "kernels", "zzzz")
     assert "did you mean" not in str(e.value)
-    assert opspec.find_op(ROOT / "kernels", OP) == ROOT / "kernels" / OP
+    assert spec.find_op(ROOT / "kernels", OP) == ROOT / "kernels" / OP
     with pytest.raises(ConfigError, match="no kernels folder"):
-        opspec.find_op(tmp_path / "nowhere", OP)
+        spec.find_op(tmp_path / "nowhere", OP)
 
 
 def test_k_is_an_expression_for_single_op_tasks_too_and_several_matches_are_named(tmp_path: Path) -> None:
     for name in ("relu", "relu_oob", "softmax"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "op.toml").write_text("")
-    assert opspec.find_op(tmp_path, "relu") == tmp_path / "relu"  # an exact name wins over its substrings
-    assert opspec.find_op(tmp_path, "relu and not relu_oob") == tmp_path / "relu"
-    assert opspec.find_op(tmp_path, "oob") == tmp_path / "relu_oob"
+    assert spec.find_op(tmp_path, "relu") == tmp_path / "relu"  # an exact name wins over its substrings
+    assert spec.find_op(tmp_path, "relu and not relu_oob") == tmp_path / "relu"
+    assert spec.find_op(tmp_path, "oob") == tmp_path / "relu_oob"
     with pytest.raises(ConfigError, match=r"-k 'relu or soft' matches 3 ops \(relu, relu_oob, softmax\); this task "
                                           r"works on one: name it, or narrow the expression"):
-        opspec.find_op(tmp_path, "relu or soft")
+        spec.find_op(tmp_path, "relu or soft")
 
 
 def test_an_op_whose_op_toml_is_broken_can_still_be_watched(tmp_path: Path) -> None:
     (tmp_path / "toy").mkdir()
     (tmp_path / "toy" / "op.toml").write_text("kind = \n")
     (tmp_path / "_common").mkdir()
-    assert opspec.op_names(tmp_path) == ["toy"]
-    assert opspec.find_op(tmp_path, "toy") == tmp_path / "toy"
+    assert spec.op_names(tmp_path) == ["toy"]
+    assert spec.find_op(tmp_path, "toy") == tmp_path / "toy"
 
 
 def test_the_module_answers_a_typo_before_loading_anything(capsys: pytest.CaptureFixture[str]) -> None:
-    assert watch.main(["-k", "softmx"]) == 2
+    assert serve.main(["-k", "softmx"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("kernellab: no op named `softmx`") and "(did you mean softmax?)" in err
 
@@ -167,7 +169,7 @@ def test_the_module_answers_a_typo_before_loading_anything(capsys: pytest.Captur
     ("kernels/op/.#op.cu", False), ("kernels/op/build.log", False),
 ])
 def test_only_sources_headers_reference_and_spec_start_a_round(path: str, wanted: bool) -> None:
-    assert watch.relevant(path) is wanted
+    assert serve.relevant(path) is wanted
 
 
 def test_the_save_time_is_the_newest_changed_file(tmp_path: Path) -> None:
@@ -177,11 +179,11 @@ def test_the_save_time_is_the_newest_changed_file(tmp_path: Path) -> None:
     now = time.time()
     os.utime(a, (now - 5, now - 5))
     os.utime(b, (now - 2, now - 2))
-    assert watch.save_time([a, b, tmp_path / "gone.cu"], now=now) == pytest.approx(now - 2)
-    assert watch.save_time([tmp_path / "gone.cu"], now=now) == now
+    assert serve.save_time([a, b, tmp_path / "gone.cu"], now=now) == pytest.approx(now - 2)
+    assert serve.save_time([tmp_path / "gone.cu"], now=now) == now
     os.utime(b, (now - 7200, now - 7200))
     os.utime(a, (now - 7200, now - 7200))
-    assert watch.save_time([a, b], now=now) == now, "a copy that kept an old time counts from now"
+    assert serve.save_time([a, b], now=now) == now, "a copy that kept an old time counts from now"
 
 
 @pytest.mark.parametrize("code, expected", [
@@ -191,7 +193,7 @@ def test_the_save_time_is_the_newest_changed_file(tmp_path: Path) -> None:
     (5, "exited with code 5"),
 ])
 def test_exit_codes_are_explained(code: int, expected: str | None) -> None:
-    reason = watch.explain_exit(code)
+    reason = serve.explain_exit(code)
     assert reason is None if expected is None else expected in (reason or "")
 
 
@@ -240,7 +242,7 @@ def test_a_kernels_folder_for_the_container_must_be_in_the_repository(tmp_path: 
 
 def test_first_mismatch_names_the_first_element_and_the_worst() -> None:
     torch = pytest.importorskip("torch")
-    from kernellab import checks
+    from kernellab.ops import checks
 
     expected = torch.zeros(3, 4)
     got = expected.clone()

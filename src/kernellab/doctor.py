@@ -10,12 +10,14 @@ import shutil
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
-from . import __version__, engine, gpu, images, kinds, network, nvtools
-from .compat import FAIL, INFO, OK, WARN, Finding, arch_finding, driver_finding
+from . import __version__, engine, gpu
 from .engine import EngineInfo
 from .errors import KernellabError
-from .spec import Spec
-from .targets import load
+from .image import builder, kinds, network
+from .image.compat import FAIL, INFO, OK, WARN, Finding, arch_finding, driver_finding
+from .image.spec import Spec
+from .image.targets import load
+from .nsight import tools
 
 
 @dataclass
@@ -150,7 +152,7 @@ def _modes(ctx: Context) -> Finding:
 
 @check("profiling")
 def _profiling(ctx: Context) -> Finding:
-    r = nvtools.readiness(nvtools.find("ncu"), nvtools.read_params(), os.getuid(), bool(ctx.gpus))
+    r = tools.readiness(tools.find("ncu"), tools.read_params(), os.getuid(), bool(ctx.gpus))
     return Finding("profiling", r.severity, r.message, r.remedy)
 
 
@@ -180,9 +182,9 @@ def run(target: str | None = None) -> tuple[list[Finding], Context]:
     """Run every check in order for target (default: this machine's default target)."""
     ctx = Context()
     try:
-        name = target or images.default_target()
+        name = target or builder.default_target()
         ctx.target = name
-        ctx.spec = images.resolve_request(target=name)
+        ctx.spec = builder.resolve_request(target=name)
         cuda = load().cuda.get(ctx.spec.cuda or "")
         ctx.mvc_driver = cuda.mvc_driver if cuda else None
     except KernellabError as e:

@@ -211,7 +211,7 @@ def container_gpu_args(engine: Engine, mode: str, gpus: Sequence[str] | None = N
     nodes = select_nodes(device_nodes(), gpus) if devices else []
     args, env = engine.gpu_args(mode, driver_files() if devices else {}, nodes, gpus)
     if devices:
-        # Appended to the image's own values by kernellab.containers.
+        # Appended to the image's own values by kernellab.container.runner.
         env = {**env, "LD_LIBRARY_PATH": f"{DRIVER_DIR}/lib64:{DRIVER_DIR}/lib", "PATH": f"{DRIVER_DIR}/bin"}
     if gpus is not None:
         # Inside, CUDA sees only the GPUs attached and numbers them 0..k-1 in every mode (the runtime

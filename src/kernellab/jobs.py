@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from . import ROOT
+from .errors import UsageError
 
 #: The kernel tests, as `invoke test` runs them everywhere (here, in a container, on a cluster node).
 KERNEL_TESTS = ("tests/test_kernels.py",)
@@ -84,14 +85,14 @@ def watch(op: str, *, bench: bool = False, kernels: str | None = None) -> Job:
 def profile(op: str, *, set: str = "basic", shape: str | None = None, dtype: str | None = None,
             impl: list[str] | None = None, kernel: str | None = None, trace: bool = False,
             out: str | None = None, kernels: str | None = None) -> Job:
-    return _build("profile", ["python", "-m", "kernellab.profile", "-k", op, "--set", set], ("--shape", shape),
+    return _build("profile", ["python", "-m", "kernellab.nsight.profile", "-k", op, "--set", set], ("--shape", shape),
                   ("--dtype", dtype), *[("--impl", i) for i in impl or []], ("--kernel", kernel), ("--trace", trace),
                   ("--out", _path(out)), ("--kernels", _path(kernels)), select=op,
                   tools=() if trace else ("ncu",), results="--out")
 
 
 def sanitize(op: str, *, tool: str = "memcheck", kernels: str | None = None) -> Job:
-    return _build("sanitize", ["python", "-m", "kernellab.sanitize", "-k", op, "--tool", tool],
+    return _build("sanitize", ["python", "-m", "kernellab.nsight.sanitize", "-k", op, "--tool", tool],
                   ("--kernels", _path(kernels)), select=op)
 
 
@@ -118,3 +119,12 @@ def _run_folder(name: str | None) -> Path | None:
     if not path.exists() and (ROOT / "results" / name).exists():
         path = (ROOT / "results" / name).resolve()
     return path
+
+
+def in_repository(path: Path) -> str:
+    """A repository path relative to the repository's root (a container's /workspace, a cluster task's working
+    folder); UsageError for one outside the repository."""
+    if not path.is_relative_to(ROOT):
+        raise UsageError(f"{path} is outside the repository, which is all the container sees; "
+                         "move it under the repository or use --native.")
+    return path.relative_to(ROOT).as_posix()

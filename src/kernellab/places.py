@@ -14,12 +14,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, Sequence
 
-from . import ROOT, containers, gpu, images, nvtools, proc, pythonpath
+from . import ROOT, gpu, jobs, proc, pythonpath
 from .cluster import profile as profiles
 from .cluster import runs
+from .container import runner
 from .engine import Image
 from .errors import ClusterUsageError, UsageError
+from .image import builder
 from .jobs import Job
+from .nsight import tools
 
 #: One help text per place flag, shared by every run task.
 PLACE_HELP = {
@@ -69,26 +72,17 @@ class Container:
 
     def run(self, job: Job) -> int:
         mounts: list[str] = []
-        if "ncu" in job.tools and (host := nvtools.find("ncu")) is not None:  # used only when the image has none
-            mounts.append(f"{nvtools.install_folder(host)}:{nvtools.HOST_NCU}:ro")
-        return containers.run(self.image, list(job.with_paths(in_workspace)), gpu=self.gpu_mode if job.gpu else False,
+        if "ncu" in job.tools and (host := tools.find("ncu")) is not None:  # used only when the image has none
+            mounts.append(f"{tools.install_folder(host)}:{tools.HOST_NCU}:ro")
+        return runner.run(self.image, list(job.with_paths(in_workspace)), gpu=self.gpu_mode if job.gpu else False,
                               interactive=job.interactive, gpu_index=self.gpu_index, mounts=mounts,
                               env=dict(job.env) or None)
 
 
-def in_repository(path: Path) -> str:
-    """A repository path relative to the repository's root (a container's /workspace, a cluster task's working
-    folder); UsageError for one outside the repository."""
-    if not path.is_relative_to(ROOT):
-        raise UsageError(f"{path} is outside the repository, which is all the container sees; "
-                         "move it under the repository or use --native.")
-    return path.relative_to(ROOT).as_posix()
-
-
 def in_workspace(path: Path) -> str:
     """A repository path as a container sees it; UsageError for one outside the repository."""
-    rel = in_repository(path)
-    return containers.WORKSPACE if rel == "." else f"{containers.WORKSPACE}/{rel}"
+    rel = jobs.in_repository(path)
+    return runner.WORKSPACE if rel == "." else f"{runner.WORKSPACE}/{rel}"
 
 
 @dataclass(frozen=True)
@@ -125,7 +119,7 @@ class Cluster:
 
 def cluster_command(job: Job) -> tuple[str, ...]:
     """A job as one task per GPU type runs it (from /workspace), writing its results where the task gathers them."""
-    line = shlex.join(job.with_paths(in_repository))
+    line = shlex.join(job.with_paths(jobs.in_repository))
     if job.results and job.results not in job.argv:
         line += f' {job.results} "$KERNELLAB_RESULTS"'
     return ("bash", "-c", line)
@@ -154,4 +148,4 @@ def choose(c: Any, *, native: bool = False, target: str | None = None, image: st
         if image or gpu_mode:
             raise UsageError(f"--{'image' if image else 'gpu-mode'} is for a container; --native runs in this Python.")
         return Native(gpu_index)
-    return Container(image or images.image_for_target(target), containers.gpu_choice(gpu_mode), gpu_index)
+    return Container(image or builder.image_for_target(target), runner.gpu_choice(gpu_mode), gpu_index)

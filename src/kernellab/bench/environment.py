@@ -14,7 +14,8 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from .. import ROOT, envinfo, extensions, proc
+from .. import ROOT, envinfo, proc
+from ..ops import extensions
 
 IMAGE_FACTS = Path("/etc/kernellab")
 
@@ -103,7 +104,7 @@ def _json(path: Path) -> Any:
 
 def _lock_sha256(lock_file: Path) -> str | None:
     # The same digest as the image's kernellab.lock-sha256 label (locks.lock_digest), computed
-    # here because importing kernellab.images needs packages an image need not have.
+    # here because importing kernellab.image.builder needs packages an image need not have.
     lock = _json(lock_file)
     return hashlib.sha256(json.dumps(lock, sort_keys=True).encode()).hexdigest() if lock is not None else None
 

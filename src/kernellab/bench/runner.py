@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Callable
 
-from .. import ROOT, extensions, progress, tolerances
+from .. import ROOT, progress
 from ..errors import BenchError
+from ..ops import extensions, tolerances
 from . import clocks, environment, gpu_mutex, report, results, roofline, stats, timing
 
 
@@ -51,7 +52,7 @@ def run(options: Options, *, catalog: Any = None, log: IO[str] | None = None) ->
     """
     log = log or sys.stderr
     if catalog is None:
-        from .. import ops as catalog
+        from ..ops import library as catalog
     torch = _torch()
     specs = catalog.discover(select=options.select)
     if not specs:
@@ -142,7 +143,7 @@ def bench_case(spec: Any, module: Any, shape: dict[str, int], dtype: str, ctx: C
     except Exception as e:  # a shape the op cannot make is a row, not a crash
         return [_row(spec, shape, dtype, n, role, "error", f"inputs/reference failed: {_oneline(e)}")
                 for n, role, _ in impls]
-    # The same (atol, rtol) as tests/test_kernels.py: the op's [tolerances], else kernellab.tolerances.
+    # The same (atol, rtol) as tests/test_kernels.py: the op's [tolerances], else kernellab.ops.tolerances.
     atol, rtol = tolerances.for_dtype(dtype, spec.tolerances)
     rows: dict[str, dict[str, Any]] = {}
     for name, reason in getattr(module, "unavailable", {}).items():  # op.toml's `requires`, not met here

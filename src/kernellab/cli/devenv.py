@@ -3,8 +3,10 @@ from __future__ import annotations
 
 from invoke import Exit
 
-from .. import ROOT, containers, devenv, images
-from ..containers import gpu_choice
+from .. import ROOT
+from ..container import devenv, runner
+from ..container.runner import gpu_choice
+from ..image import builder
 from . import ENGINE_HELP, GPU_MODE_HELP, configured_target, task
 
 
@@ -12,13 +14,13 @@ from . import ENGINE_HELP, GPU_MODE_HELP, configured_target, task
             "gpu_mode": GPU_MODE_HELP, "engine": ENGINE_HELP})
 def devcontainer(c, target=None, gpu_mode=None, engine=None):
     """Write .devcontainer/<target>/devcontainer.json (VS Code, Codespaces, devcontainers CLI) for a target's image."""
-    name = configured_target(c, target) or images.default_target()
+    name = configured_target(c, target) or builder.default_target()
     image = devenv.ensure_image(name)
     mode = devenv.gpu_mode(gpu_choice(gpu_mode))
     path = devenv.write_devcontainer(name, image.ref, gpu=mode or False)
     config = devenv.read_jsonc(path)
     rel = path.relative_to(ROOT)
-    print(f"wrote {rel}: {image}, repo at {containers.WORKSPACE}, caches at {containers.CACHE}, "
+    print(f"wrote {rel}: {image}, repo at {runner.WORKSPACE}, caches at {runner.CACHE}, "
           f"user {config['containerUser']}, GPU: {mode or 'none (hostRequirements.gpu optional)'}")
     print(f"VS Code: open this folder, then `Dev Containers: Reopen in Container` and pick `{config['name']}`.")
     print(f"CLI:     devcontainer up --workspace-folder . --config {rel}")
@@ -29,8 +31,8 @@ def devcontainer(c, target=None, gpu_mode=None, engine=None):
             "gpu_mode": GPU_MODE_HELP, "engine": ENGINE_HELP})
 def notebook(c, target=None, port=8888, gpu_mode=None, engine=None):
     """JupyterLab in a target's container on 127.0.0.1, with a random token; Ctrl-C stops and removes it."""
-    name = configured_target(c, target) or images.default_target()
-    image = images.image_for_target(name)
+    name = configured_target(c, target) or builder.default_target()
+    image = builder.image_for_target(name)
     devenv.require_extra(image, name, devenv.JUPYTER_EXTRA)
     nb = devenv.notebook(int(port))
     if nb.port != port:
@@ -42,7 +44,7 @@ def notebook(c, target=None, port=8888, gpu_mode=None, engine=None):
     else:
         print(f"From another machine: `{tunnel}`, then open the URL there.")
     print("Ctrl-C stops it and removes the container.", flush=True)
-    code = containers.run(image, nb.argv, gpu=gpu_choice(gpu_mode), publish=nb.publish, secret_env=nb.env,
+    code = runner.run(image, nb.argv, gpu=gpu_choice(gpu_mode), publish=nb.publish, secret_env=nb.env,
                           name=nb.container)
     if code in (0, 130):  # Ctrl-C, or shut down from the lab's File menu
         print(f"\nJupyterLab stopped; container {nb.container} removed.")

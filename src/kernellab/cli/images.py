@@ -5,10 +5,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .. import images, network, render, targets
 from ..errors import KernellabError, UsageError
-from ..locks import Mode
-from ..resolve import resolve
+from ..image import builder, network, render, targets
+from ..image.locks import Mode
+from ..image.resolve import resolve
 from . import ENGINE_HELP, configured_target, task
 
 BUILD_HELP = {
@@ -37,8 +37,8 @@ def _spec(target, cuda, gpu, torch, python, llvm, gcc, ubuntu, toolkit, base_ima
     flags = dict(cuda=cuda, gpu=gpu, torch=torch, python=python, llvm=llvm, gcc=gcc, ubuntu=ubuntu, toolkit=toolkit)
     if not any(v for v in flags.values()) and not base_image:
         # No versions asked for: the named target, else invoke.yaml's kernellab.target, else this machine's.
-        target = target or configured or images.default_target()
-    return images.resolve_request(target=target, base_image=base_image, **flags)
+        target = target or configured or builder.default_target()
+    return builder.resolve_request(target=target, base_image=base_image, **flags)
 
 
 @task(help=BUILD_HELP, iterable=["gpu", "ca_cert"], auto_shortflags=False)
@@ -56,7 +56,7 @@ def build_image(c, target=None, cuda=None, gpu=None, torch=None, python=None, ll
         return
     certs = network.ca_certificates(ca_cert or [], host=not no_host_certs)
     mode: Mode = "strict" if locked else "update" if update else "prefer"
-    built = images.build(spec, lock=mode, ca_certs=certs, no_cache=no_cache,
+    built = builder.build(spec, lock=mode, ca_certs=certs, no_cache=no_cache,
                          wheelhouse=Path(wheelhouse) if wheelhouse else None)
     print(f"\nbuilt {built.image_id[:19]} tagged {', '.join(built.tags)}")
     state = "written" if built.lock_changed else "unchanged"
@@ -97,15 +97,15 @@ def write_rendered(check: bool = False) -> list[str]:
 @task(help={"suite": "Debian suite (default bookworm; trixie for the debian13 targets)", "engine": ENGINE_HELP})
 def base_image(c, suite="bookworm", engine=None):
     """Make a local Debian base image with mmdebstrap: no registry needed, the same image ID for the same packages."""
-    tag = images.make_debootstrap_base(suite, out=sys.stdout)
+    tag = builder.make_debootstrap_base(suite, out=sys.stdout)
     print(f"made {tag}")
 
 
 @task(help={"a": "an image (tag or ID)", "b": "another image", "engine": ENGINE_HELP})
 def compare_images(c, a, b, engine=None):
     """Compare two images file by file (content, mode, owner; never times): what two builds really differ in."""
-    from .. import contents
     from ..engine import current
+    from ..image import contents
 
     eng = current().require()
     for ref in (a, b):

@@ -7,10 +7,10 @@ from typing import Any
 
 from .. import jobs
 from ..errors import UsageError
-from ..ncu import SETS
-from ..opspec import KERNELS, find_op
+from ..nsight.ncu import SETS
+from ..nsight.sanitize import TOOLS
+from ..ops.spec import KERNELS, find_op
 from ..places import PLACE_HELP
-from ..sanitize import TOOLS
 from . import run_job, task
 
 _OP = "its name, or an expression matching one op (like pytest -k)"

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from invoke import Context, Exit
 
-from ..containers import gpu_choice
+from ..container.runner import gpu_choice
 from ..errors import RecipeError
 from . import ENGINE_HELP, GPU_MODE_HELP, task
 from .cluster import CLUSTER_HELP

@@ -6,7 +6,7 @@ from typing import Any
 
 from .. import engine as engines
 from .. import progress, transfer
-from ..compat import WARN
+from ..image.compat import WARN
 from . import ENGINE_HELP, task
 
 
@@ -30,11 +30,11 @@ class _Meter:
 
 def _resolve_image(image: str) -> str:
     """An image reference as given, or the image of the named target of that name."""
-    from .. import images, targets
+    from ..image import builder, targets
 
     if engines.current().exists(image) or image not in targets.load().targets:
         return image
-    return images.image_for_target(image).ref
+    return builder.image_for_target(image).ref
 
 
 @task(

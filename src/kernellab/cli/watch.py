@@ -8,9 +8,9 @@ from invoke import Exit
 
 from .. import jobs
 from ..errors import UsageError
-from ..opspec import KERNELS, find_op
+from ..ops.spec import KERNELS, find_op
 from ..places import PLACE_HELP, Native, choose
-from ..watch import explain_exit
+from ..watch.serve import explain_exit
 from . import task
 
 

@@ -22,9 +22,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import compat, proc, targets
+from .. import proc
 from ..engine import Engine, Image
 from ..errors import ClusterError, ClusterUsageError, CommandError, KernellabError
+from ..image import compat, targets
 from .profile import Profile
 
 #: Mount points the runtimes bind into; a directory image must have them (ch-run cannot create them).

@@ -13,7 +13,7 @@ import re
 import shlex
 from typing import Any
 
-from ..containers import caller_ids
+from ..container.runner import caller_ids
 from .plan import Plan
 from .profile import Profile
 

@@ -79,23 +79,24 @@ def run(plan: Plan, task: Task, status: dict[str, Any]) -> int:
 
 
 def _engine_run(plan: Plan, task: Task, cache: Path, status: dict[str, Any]) -> int:
-    from .. import containers, engine
+    from .. import engine
+    from ..container import runner
 
     eng = engine.by_name(plan.runtime)
     ensure_loaded(eng, plan.image)
     os.environ["KERNELLAB_CACHE"] = str(cache)
     mode = gpu_mode(plan, eng)
     status["gpu_mode"] = mode
-    return containers.run(plan.image["id"], task.argv, gpu=False if mode == "none" else mode, env=task.env,
+    return runner.run(plan.image["id"], task.argv, gpu=False if mode == "none" else mode, env=task.env,
                           repo=plan.workspace, engine=eng)
 
 
 def gpu_mode(plan: Plan, eng: Any) -> str:
     """The profile's GPU mode, else the best this node's engine offers, else "none": recorded in the task's
     status, since it decides which GPUs the container sees."""
-    from .. import containers
+    from ..container import runner
 
-    return plan.gpu_mode or containers.best_gpu_mode(eng) or "none"
+    return plan.gpu_mode or runner.best_gpu_mode(eng) or "none"
 
 
 def ensure_loaded(eng: Any, image: Mapping[str, Any]) -> None:

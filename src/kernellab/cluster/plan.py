@@ -117,7 +117,7 @@ def task_argv(kind: str, run: str, gpu: str, name: str, *, select: str = "", qui
         return list(jobs.test(junit=out + "/junit.xml").argv), env
     if kind == "bench":
         job = jobs.bench(select, quick=quick, out=str(ROOT / out))
-        return list(job.with_paths(lambda p: p.relative_to(ROOT).as_posix())), env
+        return list(job.with_paths(jobs.in_repository)), env
     if kind == "recipe":  # command: the recipe's name (and --quick); the task runs one experiment
         return ["python3", "-m", "kernellab.recipes.task", *command, name, "--out", out], env
     if kind == "submit":

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Sequence
 
-from .. import ROOT, opspec
+from .. import ROOT
 from ..errors import ClusterError, ClusterUsageError
+from ..ops import spec
 from . import images, kube, slurm
 from .follow import Interrupted, Outcome, follow, outcome, progress_counts, progress_word
 from .plan import Plan, Task, exact_select, passed_env, snapshot, task_argv
@@ -171,10 +172,10 @@ def _tasks(req: Request, run: str, gpus: Sequence[str]) -> list[Task]:
     elif req.kind == "recipe":
         named = [(name, "") for name in req.names]
     else:
-        specs = opspec.discover(select=req.select)
+        specs = spec.discover(select=req.select)
         if not specs:
             raise ClusterUsageError(f"no op matches -k {req.select!r}; the ops are the folders under kernels/.")
-        names = [s.name for s in opspec.discover()]
+        names = [s.name for s in spec.discover()]
         named = [(s.name, exact_select(s.name, names)) for s in specs]
     tasks = []
     for gpu in gpus:
@@ -188,7 +189,7 @@ def _image(profile: Profile, target: str | None, gpus: Sequence[str], out: IO[st
            explicit: bool = False) -> dict[str, Any]:
     """The image the tasks run in, made ready for the nodes' runtime: the target's, or (explicit) a reference."""
     from .. import engine
-    from ..images import image_for_target
+    from ..image.builder import image_for_target
 
     eng = engine.current()
     image = eng.image(target) if explicit and target else image_for_target(target, eng)
@@ -222,7 +223,7 @@ def _image_placeholder(profile: Profile, target: str | None) -> dict[str, Any]:
         return {}
     try:
         from .. import engine
-        from ..images import image_for_target
+        from ..image.builder import image_for_target
 
         eng = engine.current()
         image = image_for_target(target, eng)

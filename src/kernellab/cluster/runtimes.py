@@ -1,6 +1,6 @@
 """How a node starts a task in the image, per container runtime: the command line, its environment.
 
-docker and podman go through kernellab.containers (the same run as `invoke test` locally: the
+docker and podman go through kernellab.container.runner (the same run as `invoke test` locally: the
 caller's UID, the caches, the GPU in the best mode the node has, only the GPUs Slurm gave). The
 HPC runtimes are command lines built here; none of them isolates /dev, so the task's GPUs are the
 ones CUDA_VISIBLE_DEVICES (set by Slurm) names, passed on explicitly.

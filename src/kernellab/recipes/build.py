@@ -21,11 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from .. import images, network, proc
+from .. import proc
 from ..engine import Engine, resolve_engine
 from ..errors import BuildError, CommandError, RecipeError
-from ..spec import Spec
-from ..targets import Matrix, load, parse_target
+from ..image import builder, network
+from ..image.spec import Spec
+from ..image.targets import Matrix, load, parse_target
 from . import checks, lock, sources, values
 from .model import Recipe, substitute
 
@@ -70,7 +71,7 @@ def resolve_target(recipe: Recipe, target: str | None = None, matrix: Matrix | N
     if name is None:  # an inline target table: validated like one in docker/targets.toml
         name = f"recipe-{recipe.name}"
         matrix = dataclasses.replace(matrix, targets={**matrix.targets, name: parse_target(name, recipe.target_table)})
-    spec = images.resolve_request(target=name, matrix=matrix)
+    spec = builder.resolve_request(target=name, matrix=matrix)
     checks.check_target(recipe, spec)
     return spec, matrix
 
@@ -83,7 +84,7 @@ def environment(recipe: Recipe, *, target: str | None = None, engine: Engine | N
     base = f"kernellab:{spec.target}"
     if not eng.exists(base) or eng.labels(base).get("kernellab.spec-sha256") != spec.digest:
         out.write(f"{base} is not built for this spec yet; building it first\n")
-        images.build(spec, matrix=matrix, lock="prefer", ca_certs=network.ca_certificates(), out=out, engine=eng)
+        builder.build(spec, matrix=matrix, lock="prefer", ca_certs=network.ca_certificates(), out=out, engine=eng)
     base_id = eng.image_id(base)
     vals = values.values(spec, values.probe(base_id, eng))
     blob = json.dumps({"format": FORMAT, "recipe": recipe.digest(), "base": base_id, "values": vals}, sort_keys=True).encode()
@@ -139,14 +140,14 @@ def build(recipe: Recipe, *, target: str | None = None, upto: int | None = None,
         what = f"the state before step {upto}" if upto else f"{len(recipe.steps)} steps"
         out.write(f"building recipe {recipe.name} ({what}) FROM {env.base} with {eng.name}; log: {log}\n")
         with open(log, "w") as f:
-            steps = images.BuildSteps(_Tee(out, f))  # type: ignore[arg-type]  # write, flush and isatty are all it uses
+            steps = builder.BuildSteps(_Tee(out, f))  # type: ignore[arg-type]  # write, flush and isatty are all it uses
             try:
                 proc.run(argv, stream=True, out=steps, env={**build_env, **proxy_env})
             except CommandError as e:
                 raise _failure(recipe, log, e) from None
             finally:
                 steps.close()
-        image_id = images.read_iid(iid)
+        image_id = builder.read_iid(iid)
     if upto is None:
         lock.keep_record(ctx, recipe.name)
         written = lock.write(recipe, locked_name, env.spec.digest, pip_added(image_id, eng))

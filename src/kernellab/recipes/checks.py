@@ -8,7 +8,7 @@ from typing import Sequence
 
 from ..errors import RecipeError
 from ..gpu import HostGpu
-from ..spec import Spec
+from ..image.spec import Spec
 from .model import Recipe
 
 GB = 1024 ** 3

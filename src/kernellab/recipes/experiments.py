@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable
 
-from .. import containers
+from ..container import runner
 from ..engine import Engine, resolve_engine
 from ..errors import RecipeError
-from ..opspec import compile_select
+from ..ops.spec import compile_select
 from .model import Experiment, Recipe, Sanity, substitute
 
 TIMED_OUT = 124
@@ -133,7 +133,7 @@ def container_runner(gpu: bool | str = True, gpu_index: str | None = None,
     eng = resolve_engine(engine)
 
     def run(image: str, command: list[str], *, out: IO[str], timeout: float, scratch: Path) -> int:
-        name = containers.new_name()
+        name = runner.new_name()
         timed_out = threading.Event()
 
         def stop() -> None:
@@ -143,7 +143,7 @@ def container_runner(gpu: bool | str = True, gpu_index: str | None = None,
         timer = threading.Timer(timeout, stop)
         timer.start()
         try:
-            code = containers.run(image, command, gpu=gpu, gpu_index=gpu_index, name=name, out=out, engine=eng,
+            code = runner.run(image, command, gpu=gpu, gpu_index=gpu_index, name=name, out=out, engine=eng,
                                   mounts=(f"{scratch.resolve()}:{OUT}",), env={"KERNELLAB_OUT": OUT})
         finally:
             timer.cancel()

@@ -14,7 +14,7 @@ from typing import Any
 from .. import cache_root, proc
 from ..engine import Engine
 from ..errors import RecipeError
-from ..spec import Spec
+from ..image.spec import Spec
 
 #: Every value a build step may use, with what it means (`invoke recipe check` prints them).
 KNOWN = {

@@ -7,7 +7,8 @@ import time
 from pathlib import Path
 from typing import IO, Any, Callable
 
-from .. import containers, gpu
+from .. import gpu
+from ..container import runner
 from ..engine import Engine, resolve_engine
 from ..errors import RecipeError
 from . import build as builds
@@ -95,7 +96,7 @@ def _record(recipe: model.Recipe, folder: Path, cases: list[experiments.Case], b
 
 
 def _chosen_gpus(gpu_index: str | None) -> list[gpu.HostGpu]:
-    """The GPUs a run's container gets, as kernellab.containers picks them (--gpu-index, Slurm's,
+    """The GPUs a run's container gets, as kernellab.container.runner picks them (--gpu-index, Slurm's,
     CUDA_VISIBLE_DEVICES); the first of all of them without a selection."""
     host = gpu.host_gpus()
     selected = gpu.selected_gpus(gpu_index, gpus=host)
@@ -119,7 +120,7 @@ def shell(name: str, *, step: int | None = None, target: str | None = None, gpu_
                   f"{model.substitute(nxt.run, built.env.values)}\n/sources is {sources} (the patched sources, "
                   f"writable, kept): `git -C {sources} diff` there shows the recipe's patches and your fix; save the "
                   f"fix as recipes/{recipe.name}/patches/NAME.diff, add it to recipe.toml, build again.\n")
-    return containers.run(built.image_id, ["bash"], gpu=gpu_mode, gpu_index=gpu_index, interactive=True,
+    return runner.run(built.image_id, ["bash"], gpu=gpu_mode, gpu_index=gpu_index, interactive=True,
                           mounts=(f"{sources}:/sources",), engine=eng)
 
 

@@ -26,18 +26,7 @@ from __future__ import annotations
 from .chunks import CHUNK_PREFIX, DEFAULT_CHUNK_SIZE, DEFAULT_LEVEL, Progress, parse_size, verify_bundle
 from .export import export_image
 from .importers import IMPORTERS, ImportResult, import_bundle
-from .manifest import (
-    FORMAT,
-    MANIFEST,
-    Chunk,
-    Delta,
-    ImageInfo,
-    Layer,
-    Manifest,
-    StreamInfo,
-    chain_ids,
-    read_manifest,
-)
+from .manifest import FORMAT, MANIFEST, Chunk, Delta, ImageInfo, Layer, Manifest, StreamInfo, chain_ids, read_manifest
 from .receiver import Finding, check_target, covers, load_fingerprint
 from .stream import Member, SaveSummary, copy_archive
 

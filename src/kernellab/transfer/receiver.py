@@ -1,5 +1,5 @@
 """Can the receiving machine run this image: its driver against the image's CUDA, its GPUs against
-the image's arch list. The rules are kernellab.compat's (`driver_finding`, `arch_finding`), applied to the
+the image's arch list. The rules are kernellab.image.compat's (`driver_finding`, `arch_finding`), applied to the
 `invoke doctor --json` fingerprint of the other machine and the image's kernellab.* labels.
 """
 from __future__ import annotations
@@ -9,9 +9,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .. import targets
-from ..compat import FAIL, INFO, OK, WARN, Finding, arch_finding, driver_finding
 from ..errors import KernellabError, TransferError
+from ..image import targets
+from ..image.compat import FAIL, INFO, OK, WARN, Finding, arch_finding, driver_finding
 
 NAME = "receiving machine"  # every Finding here is about it
 

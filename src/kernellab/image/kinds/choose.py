@@ -1,0 +1,306 @@
+"""Choices every kind makes the same way: GPUs, CUDA, PyTorch, Python, gcc, LLVM and OS from the matrix.
+
+Each function picks the newest compatible choice or raises ResolveError with one sentence that names
+the conflict and the nearest valid choice; an unknown name gets the closest known one ("did you mean").
+"""
+from __future__ import annotations
+
+import difflib
+import re
+from typing import Iterable, Sequence
+
+from ...errors import ResolveError
+from ..compat import covers
+from ..targets import Cuda, Gpu, Matrix, Os, Torch, vkey
+
+
+def known(items: Iterable[str]) -> str:
+    return ", ".join(sorted(items, key=vkey))
+
+
+def span(versions: Sequence[str]) -> str:
+    vs = sorted(versions, key=vkey)
+    if not vs:
+        return "none"
+    return vs[0] if len(vs) == 1 else f"{vs[0]}–{vs[-1]}"
+
+
+def closest(word: str, candidates: Iterable[str]) -> str | None:
+    """The known name most like word (difflib), or None; among equally similar versions, the nearest."""
+    w = str(word).strip().lower()
+    scored = []
+    for c in dict.fromkeys(candidates):
+        ratio = difflib.SequenceMatcher(None, w, c.lower()).ratio()
+        if ratio >= 0.6 and c.lower() != w:
+            scored.append((ratio, -_distance(w, c), c))
+    return max(scored)[2] if scored else None
+
+
+def did_you_mean(word: str, candidates: Iterable[str]) -> str:
+    """" (did you mean X?)" for the closest known name, or "" when nothing is close."""
+    best = closest(word, candidates)
+    return f" (did you mean {best}?)" if best else ""
+
+
+def _distance(a: str, b: str) -> float:
+    """How far apart the version numbers in two names are ("ubuntu20.04" is nearer 18.04 than 24.04)."""
+    pa, pb = [int(n) for n in re.findall(r"\d+", a)], [int(n) for n in re.findall(r"\d+", b)]
+    if not pa or not pb:
+        return 0.0
+    return abs(sum(p / 1000.0 ** i for i, p in enumerate(pa)) - sum(p / 1000.0 ** i for i, p in enumerate(pb)))
+
+
+# --------------------------------------------------------------------------- GPUs and CUDA
+
+def gpus(matrix: Matrix, names: list[str]) -> tuple[Gpu, ...] | None:
+    """The GPUs named (sorted by capability), or None for a CPU-only request (`--gpu cpu`)."""
+    if not names:
+        raise ResolveError("no GPU given; name the GPU(s) the image must run on, e.g. `--gpu a100` "
+                           "(several: `--gpu a100,h100`), or `--gpu cpu` for a CPU-only image.")
+    if any(n.lower() == "cpu" for n in names):
+        if len(names) > 1:
+            raise ResolveError("`--gpu cpu` builds a CPU-only image and cannot be combined with GPUs; drop one.")
+        return None
+    out: list[Gpu] = []
+    for n in names:
+        g = matrix.gpu(n)
+        if g is None:
+            listed = ", ".join(f"{g.key} ({g.cc})" for g in sorted(matrix.gpus.values(), key=lambda g: vkey(g.cc)))
+            names_known = [name for g in matrix.gpus.values() for name in (g.key, *g.aliases)]
+            raise ResolveError(f"unknown GPU `{n}`{did_you_mean(n, [*names_known, 'cpu'])}; known GPUs: {listed}, "
+                               f"or cpu. Add a new one to docker/matrix.toml.")
+        if g not in out:
+            out.append(g)
+    return tuple(sorted(out, key=lambda g: vkey(g.cc)))
+
+
+def ccs(gpus: Sequence[Gpu]) -> tuple[str, ...]:
+    return tuple(sorted({g.cc for g in gpus}, key=vkey))
+
+
+def cuda(matrix: Matrix, version: str) -> Cuda:
+    v = str(version).strip()
+    if v in matrix.cuda:
+        return matrix.cuda[v]
+    for c in matrix.cuda.values():
+        if v == c.full:
+            return c
+    raise ResolveError(f"unknown CUDA version `{v}`{did_you_mean(v, matrix.cuda)}; known: {known(matrix.cuda)}.")
+
+
+def cuda_for(matrix: Matrix, requested: str | None, gpus: Sequence[Gpu], torch: str | None = None) -> Cuda:
+    """The requested CUDA, else the newest that targets every GPU and has a base image or PyPI toolkit.
+
+    torch: the requested PyTorch, so that a refusal can name pins that go together."""
+    if requested:
+        chosen = cuda(matrix, requested)
+    else:
+        able = [c for c in matrix.cuda.values() if all(g.cc in c.archs for g in gpus) and (c.images or c.pip)]
+        if not able:
+            raise ResolveError(f"no CUDA version in the matrix can target all of {', '.join(g.key for g in gpus)}; "
+                               f"build separate images.")
+        chosen = max(able, key=lambda c: vkey(c.version))
+    check_archs(matrix, chosen, gpus, torch)
+    return chosen
+
+
+def check_archs(matrix: Matrix, cuda: Cuda, gpus: Sequence[Gpu], torch: str | None = None) -> None:
+    """Refuse a GPU the toolkit cannot emit code for, saying only what the matrix knows, and naming the nearest
+    pins that can (a PyTorch near the requested one with a wheel for that CUDA)."""
+    for g in gpus:
+        if g.cc in cuda.archs:
+            continue
+        able = sorted((c.version for c in matrix.cuda.values() if g.cc in c.archs), key=vkey)
+        if not able:
+            raise ResolveError(f"no CUDA version in the matrix can target {g.name} ({g.sm}); add one to docker/matrix.toml.")
+        if vkey(cuda.version) > vkey(able[-1]):
+            nearest = able[-1]
+            why = f"{g.sm} needs CUDA {nearest} or older (the newest CUDA in the matrix that can target it is {nearest})"
+        elif vkey(cuda.version) < vkey(able[0]):
+            nearest = able[0]
+            why = f"{g.sm} needs CUDA {nearest} or newer (the oldest CUDA in the matrix that can target it is {nearest})"
+        else:
+            raise ResolveError(f"CUDA {cuda.version} cannot target {g.name} ({g.sm}): the CUDA versions in the matrix "
+                               f"that can target it are {known(able)}; use one of those, or drop that GPU.")
+        pins = f"--cuda {nearest}"
+        if torch and not no_torch(torch):
+            near = nearest_torch(matrix, matrix.cuda[nearest], torch)
+            pins += f" --torch {near.version}" if near else ""
+        raise ResolveError(f"CUDA {cuda.version} cannot target {g.name} ({g.sm}): {why}; the nearest valid pins: "
+                           f"{pins}, or drop that GPU.")
+
+
+def nearest_torch(matrix: Matrix, cuda: Cuda, requested: str) -> Torch | None:
+    """The PyTorch release closest to `requested` that has a wheel for this CUDA (its own or an older minor's)."""
+    want = (vkey(requested) + (0, 0))[:2]
+
+    def distance(t: Torch) -> tuple[int, tuple[int, ...]]:
+        have = (vkey(t.version) + (0, 0))[:2]
+        return abs(have[0] - want[0]) * 100 + abs(have[1] - want[1]), tuple(-x for x in vkey(t.version))
+
+    return min((t for t in matrix.torch.values() if wheel_variant(t, cuda)), key=distance, default=None)
+
+
+def wheel_variant(torch: Torch, cuda: Cuda) -> str | None:
+    """The wheel variant of `torch` for this toolkit: its own (cu113 for 11.3), else the newest of the same CUDA major
+    and an older minor (cu111 for 11.3: extensions compile, since torch checks only nvcc's major), else None."""
+    if cuda.variant in torch.variants:
+        return cuda.variant
+    major, minor = (int(x) for x in cuda.version.split(".")[:2])
+    same = [v for v in torch.variants if v.startswith(f"cu{major}") and len(v) == len(cuda.variant)
+            and int(v[2 + len(str(major)):] or 0) <= minor]
+    return max(same, key=lambda v: int(v[2:]), default=None)
+
+
+# --------------------------------------------------------------------------- PyTorch
+
+#: `torch = "none"` (a target) or `--torch none`: an image with the CUDA toolkit and no PyTorch.
+NO_TORCH = "none"
+
+
+def no_torch(requested: str | None) -> bool:
+    return str(requested or "").strip().lower() == NO_TORCH
+
+
+def torch_for(matrix: Matrix, cuda: Cuda | None, requested: str | None, what: str,
+              warnings: list[str] | None = None) -> tuple[Torch, str]:
+    """(PyTorch, its wheel variant) for a toolkit (None: CPU). Without a request, the newest release with a wheel
+    for exactly this toolkit; a requested release may use an older minor's wheel of the same CUDA major (said in
+    `warnings`), as a paper's `torch==1.8.0` on CUDA 11.3 uses cu111."""
+    variant = cuda.variant if cuda else "cpu"
+    having = [t for t in matrix.torch.values() if variant in t.variants]
+    if requested:
+        req = str(requested).strip()
+        matches = [t for k, t in matrix.torch.items() if k == req or k.startswith(req + ".")]
+        if not matches:
+            raise ResolveError(f"unknown PyTorch version `{req}`{did_you_mean(req, matrix.torch)}; "
+                               f"known: {known(matrix.torch)}.")
+        chosen = max(matches, key=lambda t: vkey(t.version))
+        found = wheel_variant(chosen, cuda) if cuda else (variant if variant in chosen.variants else None)
+        if found is None:
+            alt = f"PyTorch with {variant} wheels: {span([t.version for t in having])}" if having else \
+                  f"no PyTorch release has {variant} wheels"
+            raise ResolveError(
+                f"PyTorch {chosen.version} has no wheel for {what} (published: {', '.join(chosen.variants)}); {alt}.")
+        if cuda and found != variant and warnings is not None:
+            warnings.append(f"PyTorch {chosen.version} has no {variant} wheel: its {found} wheel (CUDA {found[2:-1]}."
+                            f"{found[-1]} runtime) with the CUDA {cuda.version} toolkit; extensions compile (same "
+                            f"CUDA major)")
+        return chosen, found
+    if not having:
+        raise ResolveError(f"no PyTorch release in the matrix publishes {variant} wheels for {what}; "
+                           f"choose another CUDA version.")
+    return max(having, key=lambda t: vkey(t.version)), variant
+
+
+def check_torch_archs(torch: Torch, variant: str, gpus: Sequence[Gpu]) -> None:
+    archs = torch.archs.get(variant)
+    if not archs:
+        return
+    for g in gpus:
+        if not covers(archs, g.cc):
+            raise ResolveError(
+                f"PyTorch {torch.version} {variant} wheels are not built for {g.name} ({g.sm}; built for "
+                f"{', '.join(archs)}); choose another PyTorch version or CUDA variant.")
+
+
+def torch_requirement(torch: Torch, variant: str) -> str:
+    """Exact requirement: a non-default variant by its local version, so no other build can match."""
+    if torch.pypi_default and variant == torch.pypi_default:
+        return f"torch=={torch.version}"
+    return f"torch=={torch.version}+{variant}"
+
+
+# --------------------------------------------------------------------------- the OS and its toolchain
+
+def os_(matrix: Matrix, key: str) -> Os:
+    if key not in matrix.os:
+        raise ResolveError(f"unknown OS `{key}`{did_you_mean(key, matrix.os)}; known: {', '.join(sorted(matrix.os))}.")
+    return matrix.os[key]
+
+
+def os_for_base(matrix: Matrix, base: str) -> str:
+    for o in matrix.os.values():
+        if o.image == base:
+            return o.key
+    raise ResolveError(f"no OS in docker/matrix.toml uses base `{base}`; add an [os] entry for it.")
+
+
+def python(os_: Os | None, torch: Torch | None, requested: str | None) -> str:
+    available = os_.pythons if os_ else ()
+    if requested:
+        py = str(requested).strip()
+        if torch and not torch.supports_python(py):
+            raise ResolveError(
+                f"PyTorch {torch.version} supports Python {torch.python[0]}–{torch.python[1]}, not {py}; "
+                f"use --python {torch.python[1]} or another PyTorch version.")
+        if os_ and py not in available:
+            raise ResolveError(f"Python {py} is not available on {os_.key} (available: {known(available)}); "
+                               f"choose one of those or another --ubuntu.")
+        return py
+    assert os_ is not None
+    fits = [p for p in available if torch is None or torch.supports_python(p)]
+    if os_.python in fits:
+        return os_.python
+    if not fits:
+        raise ResolveError(
+            f"no Python on {os_.key} ({known(available)}) fits PyTorch {torch.version if torch else ''} "
+            f"({torch.python[0] if torch else ''}–{torch.python[1] if torch else ''}); choose another OS or PyTorch.")
+    return max(fits, key=vkey)
+
+
+def gcc(os_: Os, cuda: Cuda | None, requested: int | None) -> int:
+    limit = cuda.max_gcc if cuda else 99
+    if requested is not None:
+        if cuda and requested > limit:
+            raise ResolveError(f"gcc {requested} is newer than CUDA {cuda.version} accepts (max gcc {limit}); "
+                               f"use --gcc {limit} or a newer CUDA.")
+        if requested not in os_.gcc:
+            raise ResolveError(f"gcc {requested} is not packaged for {os_.key} (available: "
+                               f"{', '.join(map(str, os_.gcc))}); choose one of those.")
+        return requested
+    if os_.gcc_default <= limit:
+        return os_.gcc_default
+    fits = [g for g in os_.gcc if g <= limit]
+    if not fits:
+        raise ResolveError(f"{os_.key} has no gcc old enough for CUDA {cuda.version if cuda else ''} "
+                           f"(max gcc {limit}); use an older --ubuntu.")
+    return max(fits)
+
+
+def llvm(matrix: Matrix, os_: Os, cuda: Cuda | None, requested: str | None, warnings: list[str],
+         role: str = "cuda") -> str | None:
+    """The LLVM (clang) version; only clang as a CUDA compiler (role "cuda") is held against the CUDA it compiles:
+    as a library (role "library": llvm-config, as TVM links it) any version goes with any toolkit."""
+    if requested in (None, ""):
+        return max(os_.llvm, key=vkey) if os_.llvm else None
+    v = str(requested).strip()
+    if v.lower() == "none":
+        return None
+    if v not in matrix.llvm:
+        raise ResolveError(f"unknown LLVM version `{v}`{did_you_mean(v, matrix.llvm)}; known: {known(matrix.llvm)}, "
+                           f"or none.")
+    if v not in os_.llvms:
+        raise ResolveError(f"LLVM {v} is not packaged for {os_.key} (available: {known(os_.llvms)}); "
+                           f"choose one of those or another --ubuntu.")
+    if role == "cuda" and cuda and vkey(matrix.llvm[v]) < vkey(cuda.version):
+        warnings.append(f"clang {v} compiles CUDA only up to {matrix.llvm[v]} as a CUDA compiler; "
+                        f"nvcc is unaffected")
+    return v
+
+
+# --------------------------------------------------------------------------- optional extras
+
+def extras(matrix: Matrix, names: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The extras asked for (matrix.toml `[extra.NAME]`), in order and once each, and the pip requirements they add."""
+    chosen: list[str] = []
+    pip: list[str] = []
+    for name in names:
+        if name not in matrix.extras:
+            listed = ", ".join(sorted(matrix.extras)) or "none"
+            raise ResolveError(f"unknown extra `{name}`{did_you_mean(name, matrix.extras)}; known extras: {listed} "
+                               f"(add one as [extra.NAME] in docker/matrix.toml).")
+        if name not in chosen:
+            chosen.append(name)
+            pip += [p for p in matrix.extras[name].pip if p not in pip]
+    return tuple(chosen), tuple(pip)

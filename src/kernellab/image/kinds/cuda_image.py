@@ -1,0 +1,109 @@
+"""The cuda-image kind: CUDA, cuDNN and nvcc from an nvidia/cuda devel image (`--toolkit image`, the default).
+
+`CudaKind` is what every CUDA kind shares: the toolkit and its arch checks, PyTorch for it, Python,
+gcc within CUDA's limit, LLVM; a subclass says where the toolkit and the OS come from.
+"""
+from __future__ import annotations
+
+import re
+
+from ...errors import ResolveError
+from ..spec import Spec
+from ..targets import Cuda, Gpu, Matrix, Os, vkey
+from . import choose
+from .base import Kind, Request, py_part, sm_part
+from .torch_index import index_url
+
+
+class CudaKind(Kind):
+    """A GPU image with a CUDA toolkit; subclasses choose the OS, the base and CUDA_HOME."""
+
+    #: Added to the tag's "cuXYZ" part.
+    tag_suffix = ""
+
+    def claims(self, req: Request) -> bool:
+        return req.gpus is not None and (req.toolkit or "image") == self.toolkit
+
+    def toolchain(self, matrix: Matrix, req: Request, cuda: Cuda, gpus: tuple[Gpu, ...]) -> tuple[Os, str, str | None]:
+        """(OS, base image reference, cuDNN version or None) for this CUDA."""
+        raise NotImplementedError
+
+    def pip_toolkit(self, cuda: Cuda) -> str | None:
+        return None
+
+    def cuda_home(self, cuda: Cuda, python: str) -> str:
+        return "/usr/local/cuda"
+
+    def resolve(self, matrix: Matrix, req: Request) -> Spec:
+        gpus = req.gpus or ()
+        cuda = choose.cuda_for(matrix, req.cuda, gpus, req.torch)
+        os_, base, cudnn = self.toolchain(matrix, req, cuda, gpus)
+        if choose.no_torch(req.torch):  # the toolkit alone: nvcc, no PyTorch
+            return self._without_torch(matrix, req, cuda, gpus, os_, base, cudnn)
+        warnings: list[str] = []
+        torch, variant = choose.torch_for(matrix, cuda, req.torch, f"CUDA {cuda.version}", warnings)
+        choose.check_torch_archs(torch, variant, gpus)
+        py = choose.python(os_, torch, req.python)
+        gcc = choose.gcc(os_, cuda, req.gcc)
+        llvm = choose.llvm(matrix, os_, cuda, req.llvm, warnings, req.llvm_role)
+        if not torch.pypi_default:
+            where = index_url(matrix.torch_index, torch, variant) or "your pip configuration"
+            warnings.append(f"PyTorch {torch.version} is only on PyTorch's own index ({where}), not on PyPI: the "
+                            f"build fetches it from there, or from a mirror of it in your pip configuration")
+        return Spec(
+            kind=self.name, target=req.target, gpus=tuple(g.key for g in gpus), ccs=choose.ccs(gpus),
+            cuda=cuda.version, cuda_full=cuda.full, cudnn=cudnn, min_driver=cuda.min_driver,
+            torch=torch.version, torch_variant=variant, python=py, os=os_.key, base=base, gcc=gcc,
+            llvm=llvm, triton=torch.triton, pip_toolkit=self.pip_toolkit(cuda), cuda_home=self.cuda_home(cuda, py),
+            torch_index=index_url(matrix.torch_index, torch, variant),
+            torch_requirement=choose.torch_requirement(torch, variant), warnings=tuple(warnings),
+            **req.extras(matrix),
+        )
+
+    def _without_torch(self, matrix: Matrix, req: Request, cuda: Cuda, gpus: tuple[Gpu, ...], os_: Os, base: str,
+                       cudnn: str | None) -> Spec:
+        """`torch = "none"`: the toolkit, the compilers and Python, without PyTorch (nvcc-only work)."""
+        warnings: list[str] = []
+        return Spec(
+            kind=self.name, target=req.target, gpus=tuple(g.key for g in gpus), ccs=choose.ccs(gpus),
+            cuda=cuda.version, cuda_full=cuda.full, cudnn=cudnn, min_driver=cuda.min_driver,
+            torch=None, torch_variant=choose.NO_TORCH, python=choose.python(os_, None, req.python), os=os_.key,
+            base=base, gcc=choose.gcc(os_, cuda, req.gcc), llvm=choose.llvm(matrix, os_, cuda, req.llvm, warnings, req.llvm_role),
+            triton=None, pip_toolkit=self.pip_toolkit(cuda), cuda_home=self.cuda_home(cuda, os_.python),
+            torch_index=None, torch_requirement="", warnings=tuple(warnings), **req.extras(matrix),
+        )
+
+    def tag_parts(self, spec: Spec) -> list[str]:
+        cu = "cu" + (spec.cuda or "").replace(".", "") + self.tag_suffix
+        torch = f"torch{spec.torch}" if spec.torch else "notorch"
+        return [cu, torch, py_part(spec), sm_part(spec)]
+
+
+class CudaImage(CudaKind):
+    name = "cuda-image"
+    toolkit = "image"
+    toolkit_help = "nvidia/cuda base"
+
+    def toolchain(self, matrix: Matrix, req: Request, cuda: Cuda, gpus: tuple[Gpu, ...]) -> tuple[Os, str, str | None]:
+        if not cuda.images:
+            why = cuda.deleted or "no nvidia/cuda devel image is listed"
+            newer = [c.version for c in matrix.cuda.values() if c.images and all(g.cc in c.archs for g in gpus)]
+            raise ResolveError(f"CUDA {cuda.version} has no base image ({why}); use --base-image with your own "
+                               f"image, or --cuda {max(newer, key=vkey) if newer else 'newer'}.")
+        if req.os:
+            if req.os not in cuda.images:
+                mean = "" if req.os in matrix.os else choose.did_you_mean(req.os, cuda.images)
+                raise ResolveError(f"CUDA {cuda.version} has no nvidia/cuda image for {req.os}{mean} "
+                                   f"(available: {', '.join(sorted(cuda.images))}); choose one of those.")
+            os_ = choose.os_(matrix, req.os)
+        else:
+            # Newest OS whose default gcc CUDA accepts; else the newest with an older gcc packaged.
+            oses = sorted((matrix.os[k] for k in cuda.images), key=lambda o: vkey(re.sub(r"^[a-z]+", "", o.key)),
+                          reverse=True)
+            fitting = [o for o in oses if o.gcc_default <= cuda.max_gcc] or \
+                      [o for o in oses if any(g <= cuda.max_gcc for g in o.gcc)] or oses
+            os_ = fitting[0]
+        return os_, cuda.images[os_.key].tag, cuda.images[os_.key].cudnn or None
+
+
+KIND = CudaImage()

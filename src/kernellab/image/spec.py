@@ -1,0 +1,108 @@
+"""What an image is made of: the frozen Spec a request resolves to, and the facts of a --base-image.
+
+Records only: kernellab.image.resolve (through kernellab.image.kinds) makes them, render, images, locks, doctor and
+recipes read them. Two equal Specs build the same image.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Spec:
+    """Everything needed to render and build one image; two equal Specs build the same image."""
+
+    kind: str                      # a name in kernellab.image.kinds.REGISTRY
+    target: str | None             # the named target it came from, if any
+    gpus: tuple[str, ...]          # GPU keys from the matrix; ("cpu",) for CPU images
+    ccs: tuple[str, ...]           # compute capabilities, ascending
+    cuda: str | None               # "12.1"; None for CPU images
+    cuda_full: str | None
+    cudnn: str | None
+    min_driver: str | None
+    torch: str | None              # "2.5.1"; None = whatever --base-image has (checked at build)
+    torch_variant: str             # "cu121", "cpu", or "preinstalled"
+    python: str
+    os: str | None                 # matrix OS key; None for --base-image
+    base: str                      # FROM reference (tag, or debootstrap:<suite>)
+    gcc: int | None
+    llvm: str | None
+    triton: str | None
+    pip_toolkit: str | None        # the PyPI requirement that provides nvcc (cuda-pip)
+    cuda_home: str | None          # CUDA_HOME inside the image
+    torch_index: str | None = field(default=None, compare=False)  # where, not what: not in the digest
+    torch_requirement: str = ""    # exact pip requirement, e.g. "torch==2.5.1+cu121"
+    extra_pip: tuple[str, ...] = ()
+    extra_apt: tuple[str, ...] = ()
+    image_pip: tuple[str, ...] = ()
+    image_apt: tuple[str, ...] = ()
+    extras: tuple[str, ...] = ()   # optional parts (matrix.toml [extra.NAME]), e.g. ("jupyter",)
+    extras_pip: tuple[str, ...] = ()  # what they install: one pip step after PyTorch's
+    description: str = ""
+    warnings: tuple[str, ...] = field(default=(), compare=False)
+    tag_parts: tuple[str, ...] = field(default=(), compare=False)  # the kind's readable tag; not in the digest
+
+    @property
+    def arch_list(self) -> str:
+        """TORCH_CUDA_ARCH_LIST form: every arch as SASS, the newest also as PTX ("8.0;9.0+PTX")."""
+        if not self.ccs:
+            return ""
+        return ";".join(self.ccs[:-1] + (self.ccs[-1] + "+PTX",))
+
+    @property
+    def gencode(self) -> str:
+        """nvcc flags for the same archs: SASS for each, plus PTX for the newest."""
+        flags = []
+        for i, cc in enumerate(self.ccs):
+            n = cc.replace(".", "")
+            code = f"[sm_{n},compute_{n}]" if i == len(self.ccs) - 1 else f"sm_{n}"
+            flags.append(f"-gencode=arch=compute_{n},code={code}")
+        return " ".join(flags)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("warnings")
+        d.pop("torch_index")
+        d.pop("tag_parts")
+        d["arch_list"] = self.arch_list
+        return d
+
+    @property
+    def digest(self) -> str:
+        blob = json.dumps(self.to_dict(), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()
+
+    @property
+    def tag(self) -> str:
+        """Deterministic image tag: readable versions (the kind's tag_parts) plus a short hash of the whole spec."""
+        return "kernellab:" + "-".join(p for p in self.tag_parts if p) + "-" + self.digest[:6]
+
+    def summary(self) -> str:
+        rows = [
+            ("target", self.target or "(flags)"), ("kind", self.kind), ("base", self.base),
+            ("gpus", ", ".join(self.gpus)), ("arch list", self.arch_list or "-"),
+            ("cuda", self.cuda_full or "-"), ("cudnn", self.cudnn or "-"),
+            ("min driver", self.min_driver or "-"),
+            ("torch", "none: the CUDA toolkit alone" if self.torch_variant == "none" else
+             f"{self.torch or 'from base image'} ({self.torch_variant})"),
+            ("triton", self.triton or "-"), ("python", self.python),
+            ("gcc", str(self.gcc) if self.gcc else "from base"), ("llvm", self.llvm or "-"),
+            ("extras", ", ".join(self.extras) or "-"),
+            ("tag", self.tag),
+        ]
+        text = "\n".join(f"  {k:<11} {v}" for k, v in rows)
+        for w in self.warnings:
+            text += f"\n  warning: {w}"
+        return text
+
+
+@dataclass(frozen=True)
+class BaseFacts:
+    """What a --base-image already has, found by running it (see builder.probe_base)."""
+
+    python: str
+    torch: str | None
+    torch_cuda: str | None

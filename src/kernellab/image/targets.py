@@ -1,0 +1,329 @@
+"""Load and validate the version matrix (docker/matrix.toml) and named targets (docker/targets.toml).
+
+This is the only module that reads those files; everything else gets typed records from here.
+"""
+from __future__ import annotations
+
+import functools
+import re
+import sys
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from .. import ROOT
+from ..errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+DOCKER_DIR = ROOT / "docker"
+
+
+
+def vkey(version: str) -> tuple[int, ...]:
+    """Sort key for dotted versions ("12.10" after "12.9")."""
+    return tuple(int(p) for p in version.replace("+PTX", "").split(".") if p.isdigit())
+
+
+@dataclass(frozen=True)
+class Gpu:
+    key: str
+    name: str
+    cc: str
+    aliases: tuple[str, ...]
+
+    @property
+    def sm(self) -> str:
+        return "sm_" + self.cc.replace(".", "")
+
+
+@dataclass(frozen=True)
+class BaseImage:
+    tag: str
+    cudnn: str
+
+
+@dataclass(frozen=True)
+class DebianToolkit:
+    """CUDA from Debian's archive: `nvidia-cuda-toolkit` at `package` in the non-free archive of OS `os`."""
+
+    os: str
+    package: str
+
+
+@dataclass(frozen=True)
+class DebianArchive:
+    """How `debootstrap:<suite>` bases are made (matrix.toml [debian]): see kernellab.image.debian."""
+
+    mirror: str = "http://deb.debian.org/debian"
+    components: tuple[str, ...] = ("main",)
+    source_date_epoch: int = 0
+
+
+@dataclass(frozen=True)
+class Cuda:
+    version: str
+    full: str
+    min_driver: str
+    mvc_driver: str | None
+    max_gcc: int
+    max_clang: int
+    archs: tuple[str, ...]
+    images: dict[str, BaseImage]
+    pip: str | None = None
+    pip_home: str | None = None
+    deleted: str | None = None
+    debian: DebianToolkit | None = None
+
+    @property
+    def variant(self) -> str:
+        """The torch wheel variant name for this toolkit, e.g. cu121."""
+        return "cu" + self.version.replace(".", "")
+
+
+@dataclass(frozen=True)
+class Torch:
+    version: str
+    variants: tuple[str, ...]
+    python: tuple[str, str]
+    triton: str | None
+    pypi_default: str
+    archs: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def supports_python(self, py: str) -> bool:
+        return vkey(self.python[0]) <= vkey(py) <= vkey(self.python[1])
+
+
+@dataclass(frozen=True)
+class Os:
+    key: str
+    image: str
+    family: str
+    codename: str
+    python: str
+    python_ppa: tuple[str, ...]
+    gcc_default: int
+    gcc: tuple[int, ...]
+    llvm: tuple[str, ...]
+    llvm_apt: tuple[str, ...]
+
+    @property
+    def pythons(self) -> tuple[str, ...]:
+        return tuple(sorted({self.python, *self.python_ppa}, key=vkey))
+
+    @property
+    def llvms(self) -> tuple[str, ...]:
+        return tuple(sorted({*self.llvm, *self.llvm_apt}, key=vkey))
+
+
+@dataclass(frozen=True)
+class Target:
+    """A named target from docker/targets.toml: a frozen choice of versions under a short name.
+
+    A field left out (None or empty) is resolved to the newest compatible choice from matrix.toml.
+    """
+
+    name: str
+    description: str = ""
+    cuda: str | None = None
+    gpu: tuple[str, ...] = ()
+    torch: str | None = None
+    python: str | None = None
+    llvm: str | None = None
+    llvm_role: str = "cuda"            # "cuda": clang compiles CUDA (checked against CUDA); "library": llvm-config only
+    gcc: int | None = None
+    os: str | None = None
+    base: str | None = None            # an image with PyTorch, or an OS base such as debootstrap:<suite>
+    toolkit: str | None = None         # where CUDA comes from: "image" or "pip"
+    pip: tuple[str, ...] = ()          # extra packages
+    apt: tuple[str, ...] = ()
+    extras: tuple[str, ...] = ()       # optional parts from matrix.toml's [extra.NAME] tables, e.g. "jupyter"
+    default_for: str | None = None     # "cpu" or "gpu": what `invoke build-image` picks on such a machine
+    rendered: bool = False             # its Dockerfile is committed under docker/rendered/NAME/
+
+
+#: The keys a [target.NAME] table may have.
+TARGET_KEYS = tuple(f.name for f in fields(Target) if f.name != "name")
+_STRING_KEYS = ("description", "cuda", "torch", "python", "llvm", "llvm_role", "os", "base", "toolkit")
+LLVM_ROLES = ("cuda", "library")
+_VERSION_KEYS = ("cuda", "torch", "python", "llvm")
+_DEFAULT_FOR = ("cpu", "gpu")
+
+
+def parse_target(name: str, table: Any) -> Target:
+    """Check one [target.NAME] table and make it a Target; ConfigError (one sentence) if malformed."""
+    where = f"target `{name}` in targets.toml"
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where} must be a table (`[target.{name}]`), not {_shown(table)}.")
+    unknown = sorted(set(table) - set(TARGET_KEYS))
+    if unknown:
+        raise ConfigError(f"{where} has unknown keys {unknown}; known keys: {sorted(TARGET_KEYS)}.")
+    values: dict[str, Any] = {}
+    for key, value in table.items():
+        if key in _STRING_KEYS:
+            if key == "llvm" and isinstance(value, int) and not isinstance(value, bool):
+                value = str(value)  # a major version alone is unambiguous
+            if not isinstance(value, str):
+                why = " (quote versions: as a number, 3.10 is 3.1)" if key in _VERSION_KEYS else ""
+                raise ConfigError(f"{where}: `{key}` must be a string such as {key} = \"{_example(key)}\", "
+                                  f"not {_shown(value)}{why}.")
+            if key == "llvm_role" and value not in LLVM_ROLES:
+                raise ConfigError(f"{where}: `llvm_role` must be \"library\" (LLVM as a library: llvm-config, as TVM "
+                                  f"uses it) or \"cuda\" (clang as a CUDA compiler), not {_shown(value)}.")
+        elif key == "gcc":
+            if isinstance(value, str) and value.isdigit():
+                value = int(value)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ConfigError(f"{where}: `gcc` must be a major version such as gcc = 12, not {_shown(value)}.")
+        elif key in ("gpu", "pip", "apt", "extras"):
+            if isinstance(value, str) and key == "gpu":
+                value = [value]
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ConfigError(f"{where}: `{key}` must be a list of strings such as {key} = [\"{_example(key)}\"], "
+                                  f"not {_shown(value)}.")
+            value = tuple(value)
+        elif key == "default_for":
+            if value not in _DEFAULT_FOR:
+                raise ConfigError(f"{where}: `default_for` must be \"cpu\" or \"gpu\", not {_shown(value)}.")
+        elif key == "rendered":
+            if not isinstance(value, bool):
+                raise ConfigError(f"{where}: `rendered` must be true or false, not {_shown(value)}.")
+        values[key] = value
+    return Target(name=name, **values)
+
+
+def _shown(value: Any) -> str:
+    return f"{type(value).__name__} {value!r}"
+
+
+def _example(key: str) -> str:
+    return {"cuda": "12.4", "torch": "2.5.1", "python": "3.11", "llvm": "17", "os": "ubuntu22.04",
+            "base": "debootstrap:bookworm", "toolkit": "image", "description": "what it is for",
+            "gpu": "a100", "pip": "scipy", "apt": "cmake", "extras": "jupyter"}.get(key, "...")
+
+
+@dataclass(frozen=True)
+class Extra:
+    """An optional part of an image (matrix.toml `[extra.NAME]`): a target opts in with `extras = ["NAME"]`."""
+
+    name: str
+    description: str
+    pip: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Matrix:
+    gpus: dict[str, Gpu]
+    cuda: dict[str, Cuda]
+    torch: dict[str, Torch]
+    llvm: dict[str, str]  # version -> max CUDA as clang-CUDA
+    os: dict[str, Os]
+    torch_index: str
+    image_pip: tuple[str, ...]
+    image_apt: tuple[str, ...]
+    targets: dict[str, Target]
+    extras: dict[str, Extra] = field(default_factory=dict)
+    debian: DebianArchive = DebianArchive()
+    #: arch-specific and family variants ("9.0a", "10.0f") -> the oldest CUDA that builds them
+    arch_specific: dict[str, str] = field(default_factory=dict)
+
+    def gpu(self, name: str) -> Gpu | None:
+        n = name.strip().lower()
+        for g in self.gpus.values():
+            if n == g.key or n in g.aliases:
+                return g
+        return None
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"{path} is missing; restore it from git (`git checkout -- {path.name}`).") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path} is not valid TOML ({e}); fix that line.") from None
+
+
+def _need(table: dict[str, Any], key: str, where: str) -> Any:
+    if key not in table:
+        raise ConfigError(f"{where} has no `{key}`; add it to docker/matrix.toml.")
+    return table[key]
+
+
+@functools.lru_cache(maxsize=4)
+def load(docker_dir: Path = DOCKER_DIR) -> Matrix:
+    """Read matrix.toml and targets.toml from docker_dir, checking every entry."""
+    raw = _read(docker_dir / "matrix.toml")
+    gpus = {
+        k: Gpu(k, _need(v, "name", f"[gpu.{k}]"), str(_need(v, "cc", f"[gpu.{k}]")),
+               tuple(a.lower() for a in v.get("aliases", [])))
+        for k, v in raw.get("gpu", {}).items()
+    }
+    cuda = {}
+    for k, v in raw.get("cuda", {}).items():
+        where = f'[cuda."{k}"]'
+        images = {os_key: BaseImage(i["tag"], i.get("cudnn", "")) for os_key, i in v.get("images", {}).items()}
+        deb = v.get("debian")
+        debian = DebianToolkit(str(_need(deb, "os", f"{where[:-1]}.debian]")),
+                               str(_need(deb, "package", f"{where[:-1]}.debian]"))) if deb else None
+        cuda[k] = Cuda(
+            version=k, full=_need(v, "full", where), min_driver=_need(v, "min_driver", where),
+            mvc_driver=v.get("mvc_driver"), max_gcc=int(_need(v, "max_gcc", where)),
+            max_clang=int(v.get("max_clang", 0)), archs=tuple(_need(v, "archs", where)), images=images,
+            pip=v.get("pip"), pip_home=v.get("pip_home"), deleted=v.get("deleted"), debian=debian,
+        )
+    torch = {}
+    for k, v in raw.get("torch", {}).items():
+        where = f'[torch."{k}"]'
+        py = _need(v, "python", where)
+        if len(py) != 2:
+            raise ConfigError(f"{where} python must be [oldest, newest].")
+        torch[k] = Torch(
+            version=k, variants=tuple(_need(v, "variants", where)), python=(py[0], py[1]),
+            triton=v.get("triton"), pypi_default=_need(v, "pypi_default", where),
+            archs={var: tuple(a) for var, a in v.get("archs", {}).items()},
+        )
+    llvm = {str(k): str(v["max_cuda"]) for k, v in raw.get("llvm", {}).items()}
+    oses = {}
+    for k, v in raw.get("os", {}).items():
+        where = f'[os."{k}"]'
+        oses[k] = Os(
+            key=k, image=_need(v, "image", where), family=_need(v, "family", where),
+            codename=_need(v, "codename", where), python=_need(v, "python", where),
+            python_ppa=tuple(v.get("python_ppa", [])), gcc_default=int(_need(v, "gcc_default", where)),
+            gcc=tuple(int(g) for g in _need(v, "gcc", where)), llvm=tuple(v.get("llvm", [])),
+            llvm_apt=tuple(v.get("llvm_apt", [])),
+        )
+    for c in cuda.values():
+        for os_key in c.images:
+            if os_key not in oses:
+                raise ConfigError(f'[cuda."{c.version}".images] names OS "{os_key}", which has no [os."{os_key}"] table.')
+        if c.debian and c.debian.os not in oses:
+            raise ConfigError(f'[cuda."{c.version}".debian] names OS "{c.debian.os}", which has no [os."{c.debian.os}"] table.')
+    deb = raw.get("debian", {})
+    archive = DebianArchive(mirror=str(deb.get("mirror", DebianArchive.mirror)),
+                            components=tuple(deb.get("components", DebianArchive.components)),
+                            source_date_epoch=int(deb.get("source_date_epoch", 0)))
+    image = raw.get("image", {})
+    extras = {}
+    for k, v in raw.get("extra", {}).items():
+        pip = _need(v, "pip", f"[extra.{k}]")
+        if not isinstance(pip, list) or not pip or not all(isinstance(p, str) for p in pip):
+            raise ConfigError(f'[extra.{k}] pip must be a non-empty list of requirements such as pip = ["jupyterlab"].')
+        extras[k] = Extra(k, str(v.get("description", "")), tuple(pip))
+    arch_specific = {}
+    for variant, min_cuda in raw.get("arch_specific", {}).items():
+        if not re.fullmatch(r"\d+\.\d+[af]", variant) or not re.fullmatch(r"\d+\.\d+", str(min_cuda)):
+            raise ConfigError(f'[arch_specific] "{variant}" = "{min_cuda}": want "X.Ya" or "X.Yf" = "CUDA X.Y".')
+        arch_specific[variant] = str(min_cuda)
+    targets = {name: parse_target(name, t) for name, t in _read(docker_dir / "targets.toml").get("target", {}).items()}
+    return Matrix(
+        gpus=gpus, cuda=cuda, torch=torch, llvm=llvm, os=oses,
+        torch_index=raw.get("index", {}).get("torch", ""),
+        image_pip=tuple(image.get("pip", [])), image_apt=tuple(image.get("apt", [])),
+        targets=targets, extras=extras, debian=archive, arch_specific=arch_specific,
+    )

@@ -1,0 +1,169 @@
+"""Nsight Compute (`ncu`) for `invoke profile`: its command lines and what it gives back.
+
+Owns the profiling run's ncu command line (`ncu_argv`: only the NVTX range RANGE, clocks locked to base,
+caches flushed before each kernel, the basic set plus warp stalls and DRAM bytes, an optional kernel-name
+regex), the export of a report (`import_argv`: `ncu --import REPORT --csv --page raw`, ncu's own export,
+not its console text), reading that CSV back (`parse_raw_csv`), one kernel's summary from its row
+(`summarize`: duration, DRAM/L2/SM throughput as % of peak, DRAM GB/s, occupancy, registers, shared
+memory, the limiter and the top warp-stall reasons), ncu's version, and one sentence for a failed ncu run
+(`explain_failure`). Where ncu is installed is kernellab.nsight.tools; the task that runs it is kernellab.nsight.profile.
+"""
+from __future__ import annotations
+
+import csv
+import re
+from pathlib import Path
+from typing import Any, Sequence
+
+from .. import proc
+from ..errors import ConfigError, KernellabError
+from . import tools
+
+#: The NVTX range the profiled call runs in (ncu --nvtx-include "kernellab/": a push/pop range of that name).
+RANGE = "kernellab"
+SETS = ("basic", "full")
+#: Beyond ncu's basic set: warp states (the stall reasons) and DRAM bytes (GB/s to compare with the bench).
+BASIC_EXTRA = ("--section", "WarpStateStats", "--metrics", "dram__bytes_read.sum,dram__bytes_write.sum")
+#: The summary's fields, from ncu's raw metric names.
+METRICS = {
+    "duration_ns": "gpu__time_duration.sum",
+    "dram_pct": "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+    "l2_pct": "lts__throughput.avg.pct_of_peak_sustained_elapsed",
+    "sm_pct": "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+    "l1_pct": "l1tex__throughput.avg.pct_of_peak_sustained_active",
+    "memory_pct": "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
+    "occupancy_achieved_pct": "sm__warps_active.avg.pct_of_peak_sustained_active",
+    "occupancy_theoretical_pct": "sm__maximum_warps_per_active_cycle_pct",
+    "registers": "launch__registers_per_thread",
+    "shared_static_bytes": "launch__shared_mem_per_block_static",
+    "shared_dynamic_bytes": "launch__shared_mem_per_block_dynamic",
+    "block_size": "launch__block_size",
+    "grid_size": "launch__grid_size",
+    "dram_read_bytes": "dram__bytes_read.sum",
+    "dram_write_bytes": "dram__bytes_write.sum",
+}
+_STALL = re.compile(r"^smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$")
+#: Above this % of peak a unit is the limiter (Nsight Compute's own rule of thumb for "bound").
+BOUND_PCT = 60.0
+
+
+# --------------------------------------------------------------------------- ncu's command lines
+
+
+def ncu_argv(ncu: str | Path, report: Path, program: Sequence[str], *, set_name: str = "basic",
+             kernel: str | None = None) -> list[str]:
+    """ncu on `program`, profiling only the kernels in the NVTX range RANGE, into `report` (.ncu-rep)."""
+    if set_name not in SETS:
+        raise ConfigError(f"unknown --set {set_name!r}; use one of {', '.join(SETS)}.")
+    argv = [str(ncu), "--nvtx", "--nvtx-include", f"{RANGE}/", "--clock-control", "base", "--cache-control", "all",
+            "--set", set_name, *(BASIC_EXTRA if set_name == "basic" else ()),
+            "--export", str(report), "--force-overwrite"]
+    if kernel:
+        check_regex(kernel)
+        argv += ["--kernel-name-base", "function", "--kernel-name", f"regex:{kernel}"]
+    return [*argv, *program]
+
+
+def import_argv(ncu: str | Path, report: Path) -> list[str]:
+    """ncu's own CSV export of a report: one row per profiled kernel, every metric, base units."""
+    return [str(ncu), "--import", str(report), "--csv", "--page", "raw", "--print-units", "base",
+            "--print-kernel-base", "function"]
+
+
+def check_regex(pattern: str) -> None:
+    """--kernel must be a regular expression (ncu's `regex:` filter); ConfigError otherwise."""
+    try:
+        re.compile(pattern)
+    except re.error as e:
+        raise ConfigError(f"--kernel {pattern!r} is not a regular expression: {e}.") from None
+
+
+def ncu_version(ncu: Path) -> str | None:
+    """`ncu --version`'s version number, or None when it cannot be read."""
+    try:
+        text = proc.run([str(ncu), "--version"], check=False, timeout=60).stdout
+    except KernellabError:
+        return None
+    m = re.search(r"Version (\S+)", text)
+    return m.group(1) if m else None
+
+
+# --------------------------------------------------------------------------- reading its output
+
+
+def parse_raw_csv(text: str) -> list[dict[str, Any]]:
+    """Rows of `ncu --import --csv --page raw`: {column: value}, numbers as floats, with a `units` map."""
+    lines = [line for line in text.splitlines() if line.startswith('"')]  # ncu's own ==PROF== lines are not CSV
+    rows = list(csv.reader(lines))
+    if len(rows) < 2:
+        return []
+    header, units = rows[0], rows[1]
+    unit_of = dict(zip(header, units))
+    kernels = []
+    for values in rows[2:]:
+        row: dict[str, Any] = {"units": unit_of}
+        for name, value in zip(header, values):
+            row[name] = _number(value)
+        kernels.append(row)
+    return kernels
+
+
+def _number(value: str) -> Any:
+    text = value.strip().replace(",", "")
+    try:
+        return float(text)
+    except ValueError:
+        return value
+
+
+def summarize(row: dict[str, Any]) -> dict[str, Any]:
+    """One kernel's summary from its raw row (see METRICS); the limiter and the top three stalls."""
+    out: dict[str, Any] = {"kernel": row.get("Kernel Name") or row.get("Function Name") or "?"}
+    for key, metric in METRICS.items():
+        value = row.get(metric)
+        out[key] = _in_base_unit(value, row["units"].get(metric, "")) if isinstance(value, float) else None
+    if out["duration_ns"] and out["dram_read_bytes"] is not None and out["dram_write_bytes"] is not None:
+        out["dram_gbps"] = (out["dram_read_bytes"] + out["dram_write_bytes"]) / out["duration_ns"]
+    else:
+        out["dram_gbps"] = None
+    shared = [v for v in (out["shared_static_bytes"], out["shared_dynamic_bytes"]) if v is not None]
+    out["shared_bytes"] = sum(shared) if shared else None
+    levels = {"DRAM": out["dram_pct"], "L2": out["l2_pct"], "L1/shared": out["l1_pct"]}
+    out["limiter"] = limiter(out["sm_pct"], max(v for v in (out["memory_pct"], *levels.values(), 0.0) if v is not None))
+    if out["limiter"] == "memory" and any(v is not None for v in levels.values()):
+        busiest = max((v, name) for name, v in levels.items() if v is not None)[1]
+        out["limiter"] = f"memory ({busiest})"
+    stalls = sorted(((m.group(1), v) for name, v in row.items() if isinstance(v, float) and (m := _STALL.match(name))),
+                    key=lambda kv: -kv[1])
+    stalls = [(reason, v) for reason, v in stalls if reason != "selected" and v > 0]  # selected: issuing, no stall
+    out["stalls"] = [{"reason": reason, "cycles_per_issue": round(v, 3)} for reason, v in stalls[:3]]
+    return out
+
+
+def _in_base_unit(value: float, unit: str) -> float:
+    scale = {"usecond": 1e3, "us": 1e3, "msecond": 1e6, "ms": 1e6, "second": 1e9, "s": 1e9,
+             "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "KB": 1e3, "MB": 1e6, "GB": 1e9}
+    return value * scale.get(unit, 1.0)
+
+
+def limiter(sm_pct: float | None, memory_pct: float | None) -> str:
+    """memory, compute or latency: which unit runs above BOUND_PCT of its peak (the higher one), else
+    latency (neither is busy: too little parallelism, or waiting). summarize() names the memory level."""
+    sm, mem = sm_pct or 0.0, memory_pct or 0.0
+    if max(sm, mem) < BOUND_PCT:
+        return "latency"
+    return "memory" if mem >= sm else "compute"
+
+
+def explain_failure(output: str, code: int, ncu: str | Path) -> str:
+    """One sentence for a failed ncu run, from what it printed."""
+    if "ERR_NVGPUCTRPERM" in output:
+        return tools.COUNTERS_REMEDY
+    if re.search(r"[Dd]evice .*(is not supported|not supported)|Unsupported GPU|cannot profile .*architecture", output):
+        return (f"this Nsight Compute ({ncu}) does not support this GPU; install a newer Nsight Compute "
+                "(each release lists the GPUs it supports) or use `invoke profile --trace`.")
+    errors = [line.split("==ERROR==", 1)[1].strip() for line in output.splitlines() if "==ERROR==" in line]
+    if errors:
+        return f"ncu failed: {errors[0]}"
+    tail = [line for line in output.splitlines() if line.strip()][-1:]
+    return f"ncu exited with code {code}{': ' + tail[0] if tail else ''}."

@@ -1,0 +1,277 @@
+"""`invoke profile`: Nsight Compute on exactly the launches the benchmark times, candidates and baselines
+side by side; with `--trace`, a torch.profiler trace instead (no counters needed).
+
+    python -m kernellab.nsight.profile -k OP [--shape N|k=v,...] [--dtype D] [--impl NAME ...] [--set basic|full]
+                                [--kernel REGEX] [--trace] [--out DIR] [--kernels DIR]
+
+What the task runs, in the target's container or natively. For each implementation (a candidate or a
+baseline) it starts `ncu` on a child of itself (`--launch`), which loads the op, makes the bench inputs,
+calls the implementation WARMUP times (JIT, torch.compile, caches: not profiled) and then once inside the
+NVTX range `kernellab`; ncu profiles only the kernels launched in that range (`--nvtx-include`), with its
+clocks locked to base (`--clock-control base`) and caches flushed before each kernel (`--cache-control
+all`), both recorded. `--kernel` narrows it to kernels whose function name (demangled, no parameters:
+works for C++ templates and Triton kernels alike) matches a regular expression.
+
+Each report is read back with ncu's own CSV export and summarized per kernel (kernellab.nsight.ncu, which also
+owns ncu's command lines). Output (kernellab.nsight.report): `<out>/profile/<op>-<shape>-<dtype>-<impl>.ncu-rep`
+(and `.csv`, every metric), `profile.json` and `summary.md`; written to `<out>/profile.partial/` and renamed at
+the end, so a failed run leaves no report that looks complete. This module owns the task itself: choosing
+shape, dtype and implementations, the profiled child (`--launch`), running ncu or the trace per implementation,
+and the command line.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from .. import ROOT, proc, pythonpath, shown
+from ..errors import ConfigError, KernellabError, ProfileError
+from ..ops.spec import KERNELS, OpSpec, find_op, parse_spec
+from . import report, tools
+from .ncu import RANGE, SETS, check_regex, explain_failure, import_argv, ncu_argv, ncu_version, parse_raw_csv, summarize
+
+#: Calls before the profiled one: JIT compiles, torch.compile, first-launch module loads, warm caches.
+WARMUP = 3
+
+
+# --------------------------------------------------------------------------- the profiled child (--launch)
+
+
+def launch(root: Path, name: str, impl: str, shape: dict[str, int], dtype: str, trace: Path | None = None) -> int:
+    """Load the op, warm the implementation up, call it once inside the NVTX range (or a torch.profiler
+    trace written to `trace`)."""
+    import torch
+
+    from ..ops import library
+
+    spec = _find(root, name)
+    module = library.load(spec)
+    fn = {**module.candidates, **module.baselines}[impl]
+    inputs = module.make_inputs(shape, dtype, "cuda", spec.seeds[0] if spec.seeds else 0)
+    for _ in range(WARMUP):
+        fn(*inputs)
+    torch.cuda.synchronize()
+    if trace is not None:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            fn(*inputs)
+            torch.cuda.synchronize()
+        prof.export_chrome_trace(str(trace))
+        return 0
+    torch.cuda.nvtx.range_push(RANGE)
+    fn(*inputs)
+    torch.cuda.synchronize()
+    torch.cuda.nvtx.range_pop()
+    return 0
+
+
+# --------------------------------------------------------------------------- the driver
+
+
+def _find(root: Path, name: str) -> OpSpec:
+    return parse_spec(find_op(root, name) / "op.toml")
+
+
+def choose_shape(spec: OpSpec, shape: str | None) -> dict[str, int]:
+    """--shape: an index into the op's bench shapes, or `k=v,k=v`; default the first bench shape."""
+    if shape is None:
+        return dict(spec.bench_shapes[0])
+    if shape.isdigit():
+        index = int(shape)
+        if index >= len(spec.bench_shapes):
+            raise ConfigError(f"--shape {shape}: {spec.name} has {len(spec.bench_shapes)} bench shapes "
+                              f"(0 to {len(spec.bench_shapes) - 1}): {spec.bench_shapes}.")
+        return dict(spec.bench_shapes[index])
+    try:
+        pairs = dict(part.split("=", 1) for part in shape.split(","))
+        chosen = {k.strip(): int(v) for k, v in pairs.items()}
+    except ValueError:
+        raise ConfigError(f"--shape {shape!r}: give an index into the bench shapes or k=v,k=v with integers.") from None
+    want = set(spec.bench_shapes[0])
+    if set(chosen) != want:
+        raise ConfigError(f"--shape {shape!r}: {spec.name}'s shapes have the keys {', '.join(sorted(want))}.")
+    return chosen
+
+
+def choose_impls(spec: OpSpec, wanted: Sequence[str] | None) -> list[tuple[str, str]]:
+    """(name, role) for every candidate and baseline, or the ones named with --impl."""
+    impls = [(n, "candidate") for n in spec.candidates] + [(n, "baseline") for n in spec.baselines]
+    if not wanted:
+        return impls
+    names = [n for n, _ in impls]
+    unknown = [w for w in wanted if w not in names]
+    if unknown:
+        raise ConfigError(f"--impl {unknown[0]}: {spec.name} has {', '.join(names)}.")
+    return [(n, r) for n, r in impls if n in wanted]
+
+
+def file_stem(spec: OpSpec, shape: dict[str, int], dtype: str, impl: str) -> str:
+    dims = "x".join(str(v) for v in shape.values())
+    return f"{spec.name}-{dims}-{dtype}-{impl}"
+
+
+def run(root: Path, name: str, *, shape: str | None = None, dtype: str | None = None,
+        impls: Sequence[str] | None = None, set_name: str = "basic", kernel: str | None = None,
+        trace: bool = False, out: Path | None = None) -> Path:
+    """Profile (or trace) every chosen implementation; returns the finished `<out>/profile` folder."""
+    import torch
+
+    spec = _find(root, name)
+    if spec.kind == "cpu":
+        raise ProfileError(f"{spec.name} is a CPU op: Nsight Compute profiles GPU kernels only.")
+    if not torch.cuda.is_available():
+        raise ProfileError("no GPU is visible here: profile on the GPU machine, natively or in a target whose "
+                           "container gets the GPU (`invoke doctor` shows how it is passed).")
+    chosen_shape = choose_shape(spec, shape)
+    chosen_dtype = dtype or spec.bench_dtypes[0]
+    if chosen_dtype not in spec.dtypes:
+        raise ConfigError(f"--dtype {chosen_dtype}: {spec.name} supports {', '.join(spec.dtypes)}.")
+    chosen = choose_impls(spec, impls)
+    from ..ops.library import arch_requirements
+
+    _, unavailable = arch_requirements(spec) if spec.kind == "cuda" else ([], {})
+    for impl, _role in chosen:
+        if impl in unavailable:
+            raise ProfileError(f"cannot profile {unavailable[impl]}.")
+    if set_name not in SETS:
+        raise ConfigError(f"unknown --set {set_name!r}; use one of {', '.join(SETS)}.")
+    if kernel:
+        check_regex(kernel)
+    ncu = None
+    if not trace:
+        ncu = tools.find("ncu")
+        if ncu is None:
+            raise ProfileError("Nsight Compute (ncu) is not installed here: install it (or a CUDA toolkit that "
+                               "ships it), set KERNELLAB_NCU to its path, or use --trace.")
+    from ..bench.runner import run_name
+
+    gpu = torch.cuda.get_device_name(0)
+    folder = out or ROOT / "results" / run_name(dt.datetime.now(dt.timezone.utc), gpu)
+    partial, final = folder / "profile.partial", folder / "profile"
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    doc: dict[str, Any] = {
+        "op": spec.name, "shape": chosen_shape, "dtype": chosen_dtype, "gpu": gpu, "torch": torch.__version__,
+        "mode": "trace" if trace else "ncu", "set": None if trace else set_name, "kernel_filter": kernel,
+        "warmup_calls": WARMUP, "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "ncu": None if ncu is None else {"path": str(ncu), "version": ncu_version(ncu),
+                                         "clock_control": "base", "cache_control": "all",
+                                         "nvtx_range": RANGE},
+        "impls": {},
+    }
+    try:
+        with gpu_lock(torch):  # a benchmark or sanitizer beside ncu would change what it measures
+            _profile_each(spec, root, chosen, chosen_shape, chosen_dtype, doc, partial, ncu, set_name, kernel, trace)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)  # nothing half-done left beside finished runs
+        raise
+    report.write(partial, doc)
+    if final.exists():
+        shutil.rmtree(final)
+    partial.rename(final)
+    return final
+
+
+def _profile_each(spec: OpSpec, root: Path, chosen: list[tuple[str, str]], chosen_shape: dict[str, int],
+                  chosen_dtype: str, doc: dict[str, Any], partial: Path, ncu: Path | None, set_name: str,
+                  kernel: str | None, trace: bool) -> None:
+    t_all = time.perf_counter()
+    for impl, role in chosen:
+        stem = file_stem(spec, chosen_shape, chosen_dtype, impl)
+        program = [sys.executable, "-m", "kernellab.nsight.profile", "--launch", "-k", spec.name, "--impl", impl,
+                   "--shape", json.dumps(chosen_shape), "--dtype", chosen_dtype, "--kernels", str(root)]
+        print(f"profile: {spec.name} {impl} ({role}) ...", flush=True)
+        t0 = time.perf_counter()
+        if trace:
+            path = partial / f"{stem}.trace.json"
+            _run_child([*program, "--trace-to", str(path)], what=f"tracing {impl}")
+            doc["impls"][impl] = {"role": role, "trace": path.name, "seconds": round(time.perf_counter() - t0, 2)}
+            continue
+        assert ncu is not None
+        ncu_rep = partial / f"{stem}.ncu-rep"
+        result = proc.run(ncu_argv(ncu, ncu_rep, program, set_name=set_name, kernel=kernel), check=False,
+                          env=child_env())
+        if result.returncode != 0 or not ncu_rep.exists():
+            output = result.stdout + result.stderr
+            if result.returncode == 0 and "No kernels were profiled" in output:
+                raise ProfileError(_no_kernel(impl, kernel))
+            raise ProfileError(f"profiling {impl}: {explain_failure(output, result.returncode, ncu)}")
+        csv_text = proc.run(import_argv(ncu, ncu_rep), check=False).stdout
+        (partial / f"{stem}.csv").write_text(csv_text)  # every metric, for a spreadsheet or a later comparison
+        kernels = [summarize(row) for row in parse_raw_csv(csv_text)]
+        if not kernels:
+            raise ProfileError(_no_kernel(impl, kernel))
+        seconds = time.perf_counter() - t0
+        doc["impls"][impl] = {"role": role, "report": ncu_rep.name, "seconds": round(seconds, 2),
+                              "seconds_per_kernel": round(seconds / len(kernels), 2), "kernels": kernels}
+    doc["seconds"] = round(time.perf_counter() - t_all, 2)
+
+
+def gpu_lock(torch: Any) -> Any:
+    """The GPU's mutex (kernellab.bench.gpu_mutex, shared with `invoke bench`), by its UUID."""
+    from .. import cache_root
+    from ..bench import gpu_mutex
+
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    key = str(getattr(props, "uuid", "") or props.name)
+    return gpu_mutex.exclusive_gpu(cache_root(), key, label=f"{props.name} {key}")
+
+
+def _no_kernel(impl: str, kernel: str | None) -> str:
+    if kernel:
+        return (f"--kernel {kernel!r} matches no kernel that {impl} launches; the filter is a regular expression "
+                "on the function name (no namespace or parameters); run without --kernel to see the names.")
+    return f"{impl} launched no GPU kernel inside the profiled call (is it a CPU implementation?)."
+
+
+def child_env() -> dict[str, str]:
+    """What a profiled (or sanitized) child of this process gets beside its environment: this kernellab on
+    PYTHONPATH, and a TMPDIR (ncu needs one that exists)."""
+    return {"PYTHONPATH": pythonpath(), "TMPDIR": os.environ.get("TMPDIR", "/tmp")}
+
+
+def _run_child(argv: list[str], what: str) -> None:
+    result = proc.run(argv, check=False, env=child_env())
+    if result.returncode != 0:
+        lines = [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
+        raise ProfileError(f"{what} failed: {lines[-1] if lines else f'exit code {result.returncode}'}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kernellab.nsight.profile", description=__doc__.splitlines()[0])
+    parser.add_argument("-k", dest="op", required=True, metavar="OP")
+    parser.add_argument("--shape", help="an index into the op's bench shapes, or k=v,k=v (default: the first)")
+    parser.add_argument("--dtype", help="default: the op's first bench dtype")
+    parser.add_argument("--impl", action="append", help="only this candidate or baseline (repeatable)")
+    parser.add_argument("--set", dest="set_name", default="basic", choices=SETS)
+    parser.add_argument("--kernel", help="only kernels whose function name matches this regular expression")
+    parser.add_argument("--trace", action="store_true", help="a torch.profiler trace per implementation instead")
+    parser.add_argument("--out", type=Path, help="the run's folder (default results/<date>-<time>-<gpu>)")
+    parser.add_argument("--kernels", type=Path, help="the kernels folder (default: kernels/)")
+    parser.add_argument("--launch", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--trace-to", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    root = args.kernels.resolve() if args.kernels else KERNELS
+    try:
+        if args.launch:
+            return launch(root, args.op, args.impl[0], json.loads(args.shape), args.dtype, args.trace_to)
+        folder = run(root, args.op, shape=args.shape, dtype=args.dtype, impls=args.impl, set_name=args.set_name,
+                     kernel=args.kernel, trace=args.trace, out=args.out)
+    except KernellabError as e:
+        print(f"kernellab: {e}", file=sys.stderr)
+        return e.exit_code
+    print((folder / report.SUMMARY).read_text(), end="")
+    print(f"profile: {shown(folder)}/ (summary.md, profile.json and the reports)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,54 @@
+"""The report `invoke profile` writes: `profile.json` (the run's record: op, shape, dtype, GPU, ncu's
+settings, every implementation's kernels as kernellab.nsight.ncu.summarize gives them, or its trace file) and
+`summary.md` (one table row per profiled kernel, candidates first, then baselines; for --trace, the list of
+trace files). kernellab.nsight.profile builds the record and calls `write`; nothing here runs a tool.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+JSON = "profile.json"
+SUMMARY = "summary.md"
+
+
+def write(folder: Path, doc: dict[str, Any]) -> None:
+    """profile.json and summary.md of `doc` into `folder`."""
+    (folder / JSON).write_text(json.dumps(doc, indent=1) + "\n")
+    (folder / SUMMARY).write_text(to_markdown(doc))
+
+
+def _fmt(value: float | None, spec: str = ".1f", suffix: str = "") -> str:
+    return "–" if value is None else f"{value:{spec}}{suffix}"
+
+
+def to_markdown(doc: dict[str, Any]) -> str:
+    """The summary table: one row per profiled kernel, candidates first, then baselines."""
+    dims = ", ".join(f"{k}={v}" for k, v in doc["shape"].items())
+    lines = [f"# Profile: {doc['op']} ({dims}, {doc['dtype']}) on {doc['gpu']}", ""]
+    if doc["mode"] == "trace":
+        lines += ["torch.profiler traces (Chrome trace JSON; open in chrome://tracing or Perfetto):", ""]
+        lines += [f"- {impl} ({info['role']}): `{info['trace']}`" for impl, info in doc["impls"].items()]
+        return "\n".join(lines) + "\n"
+    ncu = doc["ncu"]
+    lines += [f"Nsight Compute {ncu['version'] or '?'}, `--set {doc['set']}`, clocks locked to base, caches flushed "
+              f"before each kernel; the call after {doc['warmup_calls']} warm-up calls.", "",
+              "| impl | kernel | time | DRAM % | L2 % | SM % | DRAM GB/s | occupancy (achieved / theoretical) "
+              "| regs | smem | limiter | top stalls |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+    for impl, info in doc["impls"].items():
+        for k in info["kernels"]:
+            stalls = ", ".join(f"{s['reason']} {s['cycles_per_issue']:.1f}" for s in k["stalls"]) or "–"
+            time_us = None if k["duration_ns"] is None else k["duration_ns"] / 1e3
+            occupancy = f"{_fmt(k['occupancy_achieved_pct'])} / {_fmt(k['occupancy_theoretical_pct'])} %"
+            name = k["kernel"] if len(k["kernel"]) <= 48 else k["kernel"][:45] + "..."
+            lines.append(f"| {impl} ({info['role']}) | `{name}` | {_fmt(time_us, '.1f', ' µs')} | {_fmt(k['dram_pct'])} "
+                         f"| {_fmt(k['l2_pct'])} | {_fmt(k['sm_pct'])} | {_fmt(k['dram_gbps'], '.0f')} | {occupancy} "
+                         f"| {_fmt(k['registers'], '.0f')} | {_fmt(k['shared_bytes'], '.0f', ' B')} | {k['limiter']} "
+                         f"| {stalls} |")
+    total = sum(len(i["kernels"]) for i in doc["impls"].values())
+    lines += ["", f"{total} kernels profiled in {doc['seconds']:.1f} s ({doc['seconds'] / max(total, 1):.1f} s per kernel, "
+              "the op's load and warm-up included). Stalls: cycles per issued instruction a warp spent stalled "
+              "for that reason."]
+    return "\n".join(lines) + "\n"
