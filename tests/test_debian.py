@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kernellab.errors import BuildError, CommandError, ResolveError
+from kernellab.errors import BuildError, CommandError, ConfigError, ResolveError
 from kernellab.image import builder, debian, locks, render, targets
 from kernellab.image.resolve import resolve
 
@@ -146,8 +146,8 @@ def test_cu124_debian_resolves_to_debians_toolkit_and_pypis_torch():
 
 
 def test_the_debian_toolkit_refuses_what_debian_does_not_ship():
-    with pytest.raises(ResolveError, match=r"does not ship CUDA 12.1: it ships CUDA 11.8 \(debian12, bookworm\) "
-                                           r"and 12.4 \(debian13, trixie\)"):
+    with pytest.raises(ResolveError, match=r"does not ship CUDA 12.1: it ships CUDA 11.2 \(debian11, bullseye\), "
+                                           r"11.8 \(debian12, bookworm\) and 12.4 \(debian13, trixie\)"):
         resolve(M, cuda="12.1", gpu=["a100"], toolkit="debian")
     with pytest.raises(ResolveError, match="sm_100"):
         resolve(M, cuda="12.4", gpu=["b200"], toolkit="debian")
@@ -174,14 +174,47 @@ def test_a_librarys_gpu_code_is_listed_per_arch(tmp_path: Path, monkeypatch: pyt
     assert found.sass_sha256 and len(found.library_sha256) == 64
 
 
-def test_cu118_debian_is_the_toolkit_alone_unless_a_torch_is_asked_for():
+def test_cu118_debian_carries_pypis_torch_2_0_1_of_its_time():
     spec = resolve(M, target="cu118-debian")
-    assert (spec.torch, spec.torch_variant, spec.torch_requirement, spec.triton) == (None, "none", "", None)
-    assert "-notorch-" in spec.tag and spec.python == "3.11" and spec.gcc == 11
+    assert (spec.torch, spec.torch_variant, spec.torch_requirement, spec.triton) == ("2.0.1", "cu117", "torch==2.0.1", "2.0.0")
+    assert spec.python == "3.11" and spec.gcc == 11 and spec.as_of == "2023-06-30"
     text = render.dockerfile(spec, M)
-    assert "torch==" not in text and "nvidia-cuda-toolkit=11.8.89~11.8.0-5~deb12u1" in text
-    assert 'kernellab.torch="none"' in text and "No PyTorch" in text
+    assert "nvidia-cuda-toolkit=11.8.89~11.8.0-5~deb12u1" in text and "download.pytorch.org" not in text
+    assert "pip install --uploaded-prior-to 2023-06-30T00:00:00Z torch==2.0.1 ninja numpy pytest matplotlib" in text
+    assert "pip install -c /tmp/kernellab-dated.txt nvidia-ml-py watchfiles" in text
+    bare = resolve(M, target="cu118-debian", torch="none")
+    assert (bare.torch, bare.torch_variant) == (None, "none") and "No PyTorch" in render.dockerfile(bare, M)
     with_torch = resolve(M, cuda="11.8", toolkit="debian", gpu=["a100"], torch="2.7.1")
     assert with_torch.torch_requirement == "torch==2.7.1+cu118" and with_torch.torch_index
-    with pytest.raises(ResolveError, match="--torch none` is for a CUDA toolkit image"):
-        resolve(M, gpu=["cpu"], torch="none")
+    cpu_bare = resolve(M, gpu=["cpu"], torch="none")  # a CPU image for code that does not use PyTorch (TVM)
+    assert (cpu_bare.torch, cpu_bare.torch_requirement) == (None, "") and "notorch" in cpu_bare.tag
+
+
+def test_debian_11_targets_need_no_registry_and_resolve_as_of_their_day():
+    gpu = resolve(M, target="cu112-debian11")
+    assert (gpu.os, gpu.base, gpu.cuda, gpu.gcc, gpu.python, gpu.llvm) == \
+        ("debian11", "debootstrap:bullseye", "11.2", 10, "3.9", "11")
+    assert (gpu.torch_requirement, gpu.torch_index, gpu.ccs) == ("torch==1.13.1", None, ("8.0", "8.6"))
+    text = render.dockerfile(gpu, M)
+    assert "FROM kernellab-base:debian-bullseye" in text and "nvidia-cuda-toolkit=11.2.2-3+deb11u3" in text
+    assert "llvm-11-dev" in text and "clang-11" not in text, "LLVM as a library: llvm-config, no clang"
+    assert "--uploaded-prior-to 2023-01-31T00:00:00Z" in text and "pip install pip==26.0.1" in text
+    assert "nvidia/cuda" not in text and "download.pytorch.org" not in text
+    cpu = resolve(M, target="cpu-debian11")
+    assert (cpu.kind, cpu.torch, cpu.torch_variant, cpu.python, cpu.llvm) == ("cpu", None, "none", "3.9", "11")
+    assert "-notorch-" in cpu.tag and "torch==" not in render.dockerfile(cpu, M)
+    # sm_90 is past CUDA 11.2: refused with the nearest valid pins
+    with pytest.raises(ResolveError, match="CUDA 11.2 cannot target"):
+        resolve(M, target="cu112-debian11", gpu=["h100"])
+
+
+def test_as_of_is_in_the_digest_only_where_a_target_sets_it():
+    plain = resolve(M, target="cpu")
+    assert "as_of" not in plain.to_dict() and "llvm_role" not in plain.to_dict(), "older digests unchanged"
+    dated = resolve(M, target="cpu", as_of="2024-01-02")
+    assert dated.to_dict()["as_of"] == "2024-01-02" and dated.digest != plain.digest
+    assert "--uploaded-prior-to 2024-01-02T00:00:00Z" in render.dockerfile(dated, M)
+    locked = render.dockerfile(dated, M, locked=True)
+    assert "pip install pip==26.0.1" in locked and "--uploaded-prior-to" not in locked, "a lock pins every version"
+    with pytest.raises(ConfigError, match="`as_of` must be a day"):
+        resolve(M, target="cpu", as_of="yesterday")

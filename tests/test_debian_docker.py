@@ -2,8 +2,8 @@
 from its lock, and CUDA 12.4 from Debian's archive compiling every CUDA op for sm_80 and sm_90.
 
 Tier `full` (`make test-all`): every test here builds an image from scratch on purpose: the base made twice
-(same ID), the cpu target rebuilt without cache (same packages, same op libraries), cu124-debian (about 11 GB)
-and cu118-debian (their CUDA compiles the ops).
+(same ID), the cpu target rebuilt without cache (same packages, same op libraries), cu124-debian (about 11 GB:
+its CUDA compiles the ops). The paper-era targets (cu118-debian, cu112-debian11) are tests/test_paper_era_docker.py's.
 
 Locks go to temporary folders, never into docker/locks/. The cu124-debian image is large (Debian's
 toolkit, PyTorch 2.6.0 with its CUDA 12.4 wheels); it is built once per session.
@@ -152,32 +152,6 @@ def test_a_locked_version_the_archive_lost_is_named_and_nothing_is_tagged(cpu_tw
     assert "no longer has: gcc-12=0.0-kernellab-gone;" in str(caught.value) and "\n" not in str(caught.value)
     assert DOCKER.image_id("kernellab:cpu") == before, "the previous image of the tag is kept"
     assert json.loads((tmp_path / "cpu.json").read_text()) == gone, "the lock is left as it was"
-
-
-CUDA_SRC = r"""
-#include <cub/block/block_reduce.cuh>
-__global__ void total(const float* x, float* out) {
-  using R = cub::BlockReduce<float, 128>; __shared__ typename R::TempStorage t;
-  float s = R(t).Sum(x[threadIdx.x]); if (threadIdx.x == 0) *out = s; }
-extern "C" int kl_total(const float* x, float* out) { total<<<1, 128>>>(x, out); return (int)cudaGetLastError(); }
-"""
-
-
-def test_cuda_11_8_from_debian_is_nvcc_alone_and_compiles_for_sm80(docker_client, tmp_path, monkeypatch):
-    spec = builder.resolve_request(target="cu118-debian", engine=DOCKER)
-    built = builder.build(spec, lock_dir=tmp_path, ca_certs=network.ca_certificates(), out=io.StringIO(), engine=DOCKER)
-    assert DOCKER.labels(built.tags[0])["kernellab.torch"] == "none"
-    monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path / "cache"))
-    work = tmp_path / "ext"
-    work.mkdir()
-    work.chmod(0o777)
-    (work / "k.cu").write_text(CUDA_SRC)
-    script = ('set -e; nvcc --version | grep -q "release 11.8"; '
-              'nvcc $KERNELLAB_NVCC_GENCODE -Xptxas -v -Xcompiler -fPIC -shared /workspace/k.cu -o /workspace/libk.so '
-              '2> /workspace/ptxas.txt; if python -c "import torch" 2>/dev/null; then exit 3; fi')
-    assert runner.run(built.tags[0], ["bash", "-c", script], gpu=False, repo=work, engine=DOCKER) == 0
-    assert "for 'sm_80'" in (work / "ptxas.txt").read_text()
-    assert (work / "libk.so").stat().st_size > 10_000
 
 
 #: In the container: build vector_add (a copy under /cache) with kernel_library, as a watch round does; the

@@ -33,7 +33,8 @@ def test_the_registry_lists_the_five_kinds_in_claim_order_each_with_its_template
 EXPECTED_KINDS = {
     "cpu": "cpu", "cu130-pip": "cuda-pip", "cu121-a100": "cuda-image", "cu124-h100": "cuda-image",
     "cu128-blackwell": "cuda-image", "tvm07-paper": "cuda-image", "gpuhost": "base-image",
-    "cu124-debian": "cuda-debian", "cu118-debian": "cuda-debian",
+    "cu124-debian": "cuda-debian", "cu118-debian": "cuda-debian", "cu112-debian11": "cuda-debian",
+    "cpu-debian11": "cpu",
 }
 
 
@@ -126,7 +127,8 @@ def test_targets_are_typed_records():
 
 
 @pytest.mark.parametrize("table,expect", [
-    ('cuda_version = "12.1"', "unknown keys ['cuda_version']; known keys: ['apt', 'base', "),
+    ('cuda_version = "12.1"', "unknown keys ['cuda_version']; known keys: ['apt', 'as_of', 'base', "),
+    ('as_of = "last spring"', "`as_of` must be a day such as as_of = 2021-06-17 (the paper's time"),
     ("python = 3.10", "`python` must be a string such as python = \"3.11\", not float 3.1 (quote versions"),
     ("gpu = [80]", "`gpu` must be a list of strings such as gpu = [\"a100\"], not list [80]"),
     ('gcc = "twelve"', "`gcc` must be a major version such as gcc = 12, not str 'twelve'"),

@@ -121,7 +121,7 @@ def test_a_patch_that_does_not_apply_names_file_and_line(paper):
 
 
 def _runner(outputs: dict[str, str], calls: list[list[str]], code: int = 0):
-    def run(image, command, *, out, timeout, scratch):
+    def run(image, command, *, out, timeout, scratch, mounts=()):
         calls.append(command)
         n = re.search(r"bench.sh (\d+)|baseline.sh (\d+)", command[-1])
         out.write(outputs.get(n.group(1) or n.group(2), "") if n else "")
@@ -192,7 +192,8 @@ def test_claims_whose_cases_did_not_run_say_why(fastop):
     n10, n20 = claims.judge(fastop, cases, gpu_name="H100")
     assert n10.verdict == "not run" and "baseline baseline did not run" in n10.why
     assert n20.verdict == "not run" and "exited with code 3" in n20.why
-    assert {v.verdict for v in claims.judge(fastop, cases, gpu_name="H100", stand_in="generated graph")} == {"not run"}
+    made = claims.judge(fastop, cases, gpu_name="H100", stand_ins={"baseline": "graph was a stand-in: random"})
+    assert {v.verdict for v in made} == {"not run"} and all("stand-in data (graph was a stand-in" in v.why for v in made)
 
 
 def test_absolute_claims_are_judged_only_on_the_papers_gpu_model(tmp_path):

@@ -100,9 +100,29 @@ def test_refuses_an_arch_the_toolkit_cannot_target(cuda, gpu, expect):
     assert f"CUDA {cuda} cannot target" in msg and expect in msg
 
 
-def test_refuses_torch_without_a_wheel_for_the_cuda_and_names_the_range():
-    msg = refuse(cuda="12.1", gpu="a100", torch="2.6")
-    assert "PyTorch 2.6.0 has no wheel for CUDA 12.1" in msg and "2.1.2–2.5.1" in msg
+def test_refuses_torch_without_a_wheel_of_the_cudas_major_and_names_the_range():
+    msg = refuse(cuda="12.1", gpu="a100", torch="1.13.1")
+    assert "PyTorch 1.13.1 has no wheel for CUDA 12.1 (published: cpu, cu116, cu117)" in msg and "2.1.2–" in msg
+
+
+def test_a_pinned_torch_takes_a_newer_minor_of_the_same_cuda_major_pypis_build_first():
+    # Debian 11 ships CUDA 11.2; PyTorch 1.13.1 on PyPI is its cu117 build: extensions compile (same major).
+    s = resolve(M, cuda="11.2", toolkit="debian", gpu=["a100"], torch="1.13.1")
+    assert (s.torch_variant, s.torch_requirement, s.torch_index) == ("cu117", "torch==1.13.1", None)
+    assert any("newer than the CUDA 11.2 toolkit" in w and "450.80.02" in w for w in s.warnings)
+    # An older minor of the same major still comes first (cu111 for 11.3), and 12.x never takes an 11.x wheel.
+    assert resolve(M, cuda="11.3", gpu=["a10"], torch="1.8.0").torch_variant == "cu111"
+    assert resolve(M, cuda="12.1", gpu=["a100"], torch="2.6").torch_variant == "cu124"
+
+
+def test_a_torch_pin_may_name_its_wheel_as_pip_does():
+    s = resolve(M, cuda="11.8", toolkit="debian", gpu=["a100"], torch="2.0.1+cu117")
+    assert (s.torch, s.torch_variant, s.torch_requirement) == ("2.0.1", "cu117", "torch==2.0.1")
+    assert resolve(M, cuda="11.8", toolkit="debian", gpu=["a100"], torch="2.0.1+cu118").torch_requirement == \
+        "torch==2.0.1+cu118"
+    assert "no cu121 wheel (published: cpu, cu117, cu118)" in refuse(cuda="11.8", gpu="a100", torch="2.0.1+cu121")
+    msg = refuse(cuda="12.1", gpu="a100", torch="2.1.2+cu118")
+    assert "is for CUDA 11.8, another major than CUDA 12.1" in msg and "cu12x" in msg
 
 
 def test_refuses_python_outside_the_torch_range():
@@ -240,7 +260,8 @@ def test_rendered_labels_carry_every_resolved_version():
                   'kernellab.llvm="10"', 'kernellab.cudnn="8.9.6.50"', f'kernellab.spec-sha256="{s.digest}"'):
         assert label in text
     assert "FROM nvidia/cuda:11.8.0-cudnn8-devel-ubuntu20.04" in text
-    assert "'scipy<1.11'" in text and "clang-10" in text
+    # LLVM as a library (llvm_role): llvm-config and its headers, no clang
+    assert "'scipy<1.11'" in text and "llvm-10-dev" in text and "clang-10" not in text
 
 
 def test_locked_render_installs_exactly_the_lock_and_pins_the_digest():

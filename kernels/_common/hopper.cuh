@@ -8,7 +8,12 @@
 
 #include "kernellab.cuh"
 
-#include <cuda.h>          // CUtensorMap and its enums
+#include <cuda.h>  // CUDA_VERSION, CUtensorMap and its enums
+
+// TMA, wgmma and tensor maps came with CUDA 12.0. An older toolkit (a paper's CUDA 11) compiles the wgmma
+// files to launchers that answer cudaErrorNotSupported; op.toml's `requires` keeps them from being called.
+#if CUDA_VERSION >= 12000
+#define KL_HOPPER 1
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 
 namespace kl::hopper {
@@ -172,3 +177,5 @@ bool tensor_map(CUtensorMap* map, const T* base, int rank, const cuuint64_t* dim
 }
 
 }  // namespace kl::hopper
+
+#endif  // CUDA_VERSION >= 12000

@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>  // std::max/std::min on the host side (older libstdc++ does not bring it in through <cstdint>)
 #include <cstdint>
 
 namespace kl {

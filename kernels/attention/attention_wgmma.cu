@@ -13,6 +13,8 @@
 #include "hopper.cuh"
 #include "mma.cuh"  // kl::pack2
 
+#if KL_HOPPER
+
 namespace {
 
 using namespace kl::hopper;
@@ -292,3 +294,16 @@ cudaError_t launch_attention_wgmma(const __nv_bfloat16* q, const __nv_bfloat16* 
                                    cudaStream_t stream) {
   return launch(q, k, v, lengths, o, batch, heads, seq, d, stream);
 }
+
+#else  // CUDA 11: no TMA or wgmma; op.toml's `requires` keeps these from being called
+
+cudaError_t launch_attention_wgmma(const __half*, const __half*, const __half*, const int*, __half*, int, int, int,
+                                   int, cudaStream_t) {
+  return cudaErrorNotSupported;
+}
+cudaError_t launch_attention_wgmma(const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*, const int*,
+                                   __nv_bfloat16*, int, int, int, int, cudaStream_t) {
+  return cudaErrorNotSupported;
+}
+
+#endif  // KL_HOPPER

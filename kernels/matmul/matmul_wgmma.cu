@@ -13,6 +13,8 @@
 #include "matmul.h"
 #include "mma.cuh"  // kl::pack2
 
+#if KL_HOPPER
+
 namespace {
 
 using namespace kl::hopper;
@@ -179,3 +181,15 @@ cudaError_t launch_matmul_wgmma(const __nv_bfloat16* a, const __nv_bfloat16* b, 
                                 cudaStream_t stream) {
   return launch(a, b, c, m, n, k, stream);
 }
+
+#else  // CUDA 11: no TMA or wgmma; op.toml's `requires` keeps these from being called
+
+cudaError_t launch_matmul_wgmma(const __half*, const __half*, __half*, int, int, int, cudaStream_t) {
+  return cudaErrorNotSupported;
+}
+cudaError_t launch_matmul_wgmma(const __nv_bfloat16*, const __nv_bfloat16*, __nv_bfloat16*, int, int, int,
+                                cudaStream_t) {
+  return cudaErrorNotSupported;
+}
+
+#endif  // KL_HOPPER

@@ -21,6 +21,7 @@ BUILD_HELP = {
     "gcc": "gcc version (must not exceed the CUDA maximum)",
     "ubuntu": "Ubuntu release of the nvidia/cuda base, e.g. 22.04",
     "toolkit": "where CUDA comes from: image (nvidia/cuda base) or pip (PyPI wheels, CUDA 13)",
+    "as_of": "resolve pip packages not pinned as of this day, YYYY-MM-DD (the paper's time); recorded in the lock",
     "base_image": "build on an image that already has PyTorch (NGC, a site image): verified, not reinstalled",
     "dry_run": "print the resolved spec and the Dockerfile; build nothing",
     "locked": "build exactly from docker/locks/<target>.json, or stop saying what no longer fits",
@@ -33,23 +34,23 @@ BUILD_HELP = {
 }
 
 
-def _spec(target, cuda, gpu, torch, python, llvm, gcc, ubuntu, toolkit, base_image, configured=None):
+def _spec(target, cuda, gpu, torch, python, llvm, gcc, ubuntu, toolkit, base_image, configured=None, as_of=None):
     flags = dict(cuda=cuda, gpu=gpu, torch=torch, python=python, llvm=llvm, gcc=gcc, ubuntu=ubuntu, toolkit=toolkit)
     if not any(v for v in flags.values()) and not base_image:
         # No versions asked for: the named target, else invoke.yaml's kernellab.target, else this machine's.
         target = target or configured or builder.default_target()
-    return builder.resolve_request(target=target, base_image=base_image, **flags)
+    return builder.resolve_request(target=target, base_image=base_image, as_of=as_of, **flags)
 
 
 @task(help=BUILD_HELP, iterable=["gpu", "ca_cert"], auto_shortflags=False)
 def build_image(c, target=None, cuda=None, gpu=None, torch=None, python=None, llvm=None, gcc=None, ubuntu=None,
-                toolkit=None, base_image=None, dry_run=False, locked=False, update=False, ca_cert=None,
+                toolkit=None, as_of=None, base_image=None, dry_run=False, locked=False, update=False, ca_cert=None,
                 no_host_certs=False, wheelhouse=None, no_cache=False, engine=None):
     """Resolve, validate and build a pinned image (tags it only on success); follows the lock when it fits."""
     if locked and update:
         raise UsageError("--locked follows the lock and --update ignores it; choose one.")
     spec = _spec(target, cuda, gpu, torch, python, llvm, gcc, ubuntu, toolkit, base_image,
-                 configured=configured_target(c))
+                 configured=configured_target(c), as_of=as_of)
     print("resolved:\n" + spec.summary())
     if dry_run:
         print("\n" + render.dockerfile(spec, targets.load(), locked=locked))

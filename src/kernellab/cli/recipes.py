@@ -26,6 +26,7 @@ def recipes(c: Context) -> None:
     "name": "the recipe (a folder under recipes/, or a path to one)",
     "k": "run: only experiments whose name matches EXPR (like pytest -k: words, and, or, not)",
     "quick": "run: one repeat of each experiment's quick grid (a smoke test; claims may then be not run)",
+    "stand_in": "run: read each input's generated stand-in, not its data (claims are then not judged)",
     "compare": "run: an earlier run folder (results/recipes/NAME/RUN), printed side by side with this one",
     "step": "shell: the state before step N (the patched sources writable at /sources), to fix step N by hand",
     "target": "build in this target instead of the recipe's environment (checked against the recipe)",
@@ -37,7 +38,7 @@ def recipes(c: Context) -> None:
     "gpu_mode": GPU_MODE_HELP, "gpu_index": "use only host GPU N", "engine": ENGINE_HELP,
     **{k: f"run: {v}" for k, v in CLUSTER_HELP.items()},
 })
-def recipe(c: Context, verb: str, name: str, k: str | None = None, quick: bool = False,
+def recipe(c: Context, verb: str, name: str, k: str | None = None, quick: bool = False, stand_in: bool = False,
            compare: str | None = None, step: int | None = None, target: str | None = None,
            wheelhouse: str | None = None, no_cache: bool = False, locked: bool = False, update: bool = False, output: str = "bundles", chunk_size: str = "2G",
            gpu_mode: str | None = None, gpu_index: str | None = None, engine: str | None = None,
@@ -69,8 +70,8 @@ def recipe(c: Context, verb: str, name: str, k: str | None = None, quick: bool =
                           resume=resume, configured=c.config.get("kernellab", {}).get("cluster"))
     elif verb == "run":
         old = record.load(compare) if compare else None
-        folder, verdicts, cases = verbs.run(name, target=target, k=k, quick=quick, gpu_mode=gpu_choice(gpu_mode),
-                                            gpu_index=gpu_index, wheelhouse=wheels)
+        folder, verdicts, cases = verbs.run(name, target=target, k=k, quick=quick, stand_in=stand_in,
+                                            gpu_mode=gpu_choice(gpu_mode), gpu_index=gpu_index, wheelhouse=wheels)
         print("\n" + record.claims_table(verdicts))
         if old is not None:
             print("\n" + record.compare(old, record.load(folder)))

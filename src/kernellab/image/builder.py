@@ -151,6 +151,11 @@ def _build_failure(e: CommandError, spec: Spec, *, pinned: bool = False) -> Buil
         if m:
             step = f"[{m.group(1)}] {m.group(2)[:120]}"
     where = f" at step {step}" if step else ""
+    undated = re.search(r"Index (\S+) does not provide upload-time metadata", e.tail)
+    if undated:
+        return BuildError(f"building {spec.tag} failed{where}: the index {undated.group(1)} gives no upload times, "
+                          f"which as_of {spec.as_of} needs (pip's --uploaded-prior-to); point index-url at PyPI or a "
+                          f"mirror that passes upload times on, or drop as_of and pin the packages.")
     return BuildError(f"building {spec.tag} failed{where}; nothing was tagged and any previous image of that tag "
                       f"is kept. Last lines:\n{e.tail.rstrip()}")
 
@@ -231,7 +236,7 @@ def _build(spec: Spec, matrix: Matrix, lock: dict[str, Any] | None, base_ref: st
         render.write_context(spec, matrix, ctx, locked=lock is not None, certs=ca_certs, requirements=requirements,
                              base_digest=lock["base"]["digest"] if lock else None, apt_pins=locks.apt_pins(lock))
         iidfile = Path(tmp) / "iid"
-        with network.build_pip_conf(pip_config, wheelhouse) as pipconf:
+        with network.build_pip_conf(pip_config, wheelhouse, dated=bool(spec.as_of) and lock is None) as pipconf:
             argv, build_env = eng.build_argv(ctx, iidfile=iidfile, secrets={"pipconf": pipconf},
                                              build_args=proxy_args, no_cache=no_cache)
             how = " from the lock" if lock else ""

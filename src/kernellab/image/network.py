@@ -98,10 +98,13 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
 
 
 @contextlib.contextmanager
-def build_pip_conf(config: PipConfig | None = None, wheelhouse: Path | None = None) -> Iterator[Path]:
+def build_pip_conf(config: PipConfig | None = None, wheelhouse: Path | None = None, *,
+                   dated: bool = False) -> Iterator[Path]:
     """Yield a pip.conf for the build; serve any local folders it names while the block runs.
 
-    With wheelhouse, pip installs offline from that folder only (--no-index).
+    With wheelhouse, pip installs offline from that folder only (--no-index). dated (a target with as_of): local
+    indexes and find-links are left out, since pip's --uploaded-prior-to needs an index that gives upload times
+    (PyPI, or a mirror that passes them on) and refuses any that does not.
     """
     config = config if config is not None else host_pip_config()
     roots: dict[str, Path] = {}
@@ -126,6 +129,8 @@ def build_pip_conf(config: PipConfig | None = None, wheelhouse: Path | None = No
         for key in ("index-url", "extra-index-url", "find-links"):
             for v in config.values.get(key, []):
                 local = _local_path(v)
+                if local is not None and dated:
+                    continue
                 if local is None:
                     served.append((key, v))
                 elif local.exists():

@@ -14,7 +14,7 @@ from ..errors import ResolveError
 from . import kinds
 from .kinds import choose
 from .spec import BaseFacts, Spec
-from .targets import Matrix, Target
+from .targets import Matrix, Target, as_of_date, vkey
 
 
 def _list_arg(value: str | Sequence[str] | None) -> list[str]:
@@ -41,6 +41,7 @@ def resolve(
     base_image: str | None = None,
     base_facts: BaseFacts | None = None,
     torch_index: str | None = None,
+    as_of: str | None = None,
 ) -> Spec:
     """Complete a request with the newest compatible choices, or raise ResolveError.
 
@@ -64,10 +65,13 @@ def resolve(
         llvm=str(llvm) if llvm is not None else t.llvm, llvm_role=t.llvm_role, gcc=gcc_major,
         os=("ubuntu" + ubuntu if ubuntu else os) or t.os, toolkit=toolkit or t.toolkit,
         base=base_image or t.base, base_facts=base_facts, pip=t.pip, apt=t.apt, with_extras=t.extras,
-        description=t.description,
+        description=t.description, as_of=as_of_date(as_of, "--as-of") if as_of else t.as_of,
     )
     kind = kinds.for_request(req)
     spec = kind.resolve(matrix, req)
+    if spec.as_of and matrix.pip_as_of_python and vkey(spec.python) < vkey(matrix.pip_as_of_python):
+        raise ResolveError(f"as_of {spec.as_of} needs Python {matrix.pip_as_of_python} or newer ({matrix.pip_as_of} "
+                           f"resolves as of a date), not {spec.python}; pin the packages instead, or use a newer Python.")
     return dataclasses.replace(spec, tag_parts=tuple(kind.tag_parts(spec)))
 
 

@@ -10,6 +10,9 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+#: Fields added after the first images were locked, and their defaults: a spec that keeps the default keeps its digest.
+_NEW_DEFAULTS = {"as_of": None, "llvm_role": "cuda"}
+
 
 @dataclass(frozen=True)
 class Spec:
@@ -42,6 +45,8 @@ class Spec:
     extras: tuple[str, ...] = ()   # optional parts (matrix.toml [extra.NAME]), e.g. ("jupyter",)
     extras_pip: tuple[str, ...] = ()  # what they install: one pip step after PyTorch's
     description: str = ""
+    as_of: str | None = None       # "2023-01-31": pip packages not pinned resolve as of that day
+    llvm_role: str = "cuda"        # "library": LLVM for llvm-config (dev packages), not clang for CUDA
     warnings: tuple[str, ...] = field(default=(), compare=False)
     tag_parts: tuple[str, ...] = field(default=(), compare=False)  # the kind's readable tag; not in the digest
 
@@ -67,6 +72,9 @@ class Spec:
         d.pop("warnings")
         d.pop("torch_index")
         d.pop("tag_parts")
+        for key, default in _NEW_DEFAULTS.items():  # a field added later, at its default, leaves digests as they were
+            if d[key] == default:
+                d.pop(key)
         d["arch_list"] = self.arch_list
         return d
 
@@ -86,11 +94,12 @@ class Spec:
             ("gpus", ", ".join(self.gpus)), ("arch list", self.arch_list or "-"),
             ("cuda", self.cuda_full or "-"), ("cudnn", self.cudnn or "-"),
             ("min driver", self.min_driver or "-"),
-            ("torch", "none: the CUDA toolkit alone" if self.torch_variant == "none" else
+            ("torch", ("none: the CUDA toolkit alone" if self.cuda else "none") if self.torch_variant == "none" else
              f"{self.torch or 'from base image'} ({self.torch_variant})"),
             ("triton", self.triton or "-"), ("python", self.python),
             ("gcc", str(self.gcc) if self.gcc else "from base"), ("llvm", self.llvm or "-"),
             ("extras", ", ".join(self.extras) or "-"),
+            *((("pip as of", f"{self.as_of} (packages not pinned)"),) if self.as_of else ()),
             ("tag", self.tag),
         ]
         text = "\n".join(f"  {k:<11} {v}" for k, v in rows)

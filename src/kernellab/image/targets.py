@@ -4,6 +4,7 @@ This is the only module that reads those files; everything else gets typed recor
 """
 from __future__ import annotations
 
+import datetime
 import functools
 import re
 import sys
@@ -141,6 +142,7 @@ class Target:
     pip: tuple[str, ...] = ()          # extra packages
     apt: tuple[str, ...] = ()
     extras: tuple[str, ...] = ()       # optional parts from matrix.toml's [extra.NAME] tables, e.g. "jupyter"
+    as_of: str | None = None           # "2023-01-31": pip packages not pinned resolve as of that day (the paper's time)
     default_for: str | None = None     # "cpu" or "gpu": what `invoke build-image` picks on such a machine
     rendered: bool = False             # its Dockerfile is committed under docker/rendered/NAME/
 
@@ -188,11 +190,26 @@ def parse_target(name: str, table: Any) -> Target:
         elif key == "default_for":
             if value not in _DEFAULT_FOR:
                 raise ConfigError(f"{where}: `default_for` must be \"cpu\" or \"gpu\", not {_shown(value)}.")
+        elif key == "as_of":
+            value = as_of_date(value, where)
         elif key == "rendered":
             if not isinstance(value, bool):
                 raise ConfigError(f"{where}: `rendered` must be true or false, not {_shown(value)}.")
         values[key] = value
     return Target(name=name, **values)
+
+
+def as_of_date(value: Any, where: str) -> str:
+    """An `as_of` date (a TOML date or "YYYY-MM-DD") as "YYYY-MM-DD"; ConfigError (one sentence) otherwise."""
+    if isinstance(value, datetime.date) and not isinstance(value, datetime.datetime):
+        return value.isoformat()
+    if isinstance(value, str):
+        try:
+            return datetime.date.fromisoformat(value.strip()).isoformat()
+        except ValueError:
+            pass
+    raise ConfigError(f"{where}: `as_of` must be a day such as as_of = 2021-06-17 (the paper's time: pip packages "
+                      f"not pinned resolve as of that day), not {_shown(value)}.")
 
 
 def _shown(value: Any) -> str:
@@ -226,6 +243,9 @@ class Matrix:
     image_apt: tuple[str, ...]
     targets: dict[str, Target]
     extras: dict[str, Extra] = field(default_factory=dict)
+    pip_as_of: str = ""                # the pip that resolves as of a date ([image] pip_as_of)
+    pip_as_of_python: str = ""         # the oldest Python that pip runs on
+    undated: tuple[str, ...] = ()      # image packages installed without a target's date ([image] undated)
     debian: DebianArchive = DebianArchive()
     #: arch-specific and family variants ("9.0a", "10.0f") -> the oldest CUDA that builds them
     arch_specific: dict[str, str] = field(default_factory=dict)
@@ -325,5 +345,6 @@ def load(docker_dir: Path = DOCKER_DIR) -> Matrix:
         gpus=gpus, cuda=cuda, torch=torch, llvm=llvm, os=oses,
         torch_index=raw.get("index", {}).get("torch", ""),
         image_pip=tuple(image.get("pip", [])), image_apt=tuple(image.get("apt", [])),
+        pip_as_of=image.get("pip_as_of", ""), pip_as_of_python=image.get("pip_as_of_python", ""), undated=tuple(image.get("undated", [])),
         targets=targets, extras=extras, debian=archive, arch_specific=arch_specific,
     )

@@ -133,7 +133,7 @@ def build(recipe: Recipe, *, target: str | None = None, upto: int | None = None,
     log = logs / f"build-{time.strftime('%Y%m%d-%H%M%S')}.log"
     proxy_args, proxy_env = network.proxy_build_args()
     with tempfile.TemporaryDirectory(prefix="kl-recipe-") as tmp, \
-            network.build_pip_conf(None, wheelhouse) as pipconf:
+            network.build_pip_conf(None, wheelhouse, dated=bool(as_of(recipe, env)) and not pins) as pipconf:
         iid = Path(tmp) / "iid"
         argv, build_env = eng.build_argv(ctx, iidfile=iid, tags=tags, secrets={"pipconf": pipconf},
                                          build_args=proxy_args, no_cache=no_cache, target=stage)
@@ -212,6 +212,11 @@ def base_ref(env: Environment) -> str:
     return f"{REPO}-base:{env.base_id.removeprefix('sha256:')[:16]}"
 
 
+def as_of(recipe: Recipe, env: Environment) -> str | None:
+    """The day the recipe's pip packages resolve as of: the recipe's own, else its target's."""
+    return recipe.as_of or env.spec.as_of
+
+
 def pip_added(image: str, eng: Engine) -> dict[str, str]:
     """What the recipe's pip layer added to the target's packages (read from the image)."""
     argv = eng.run_argv(image, [lock.ADDED], user=(0, 0), network="none", entrypoint="cat", init=False, shm_size=None)
@@ -227,10 +232,14 @@ def dockerfile(recipe: Recipe, env: Environment, provenance: dict[str, Any], loc
     freeze = "(python3 -m pip freeze 2>/dev/null || true) | LC_ALL=C sort"
     lines.append(_run(f"mkdir -p /etc/kernellab && {freeze} > /etc/kernellab/target-pip-freeze.txt"))
     if recipe.pip:
+        # Not pinned by the recipe's lock, its packages resolve as of the recipe's day (or its target's).
+        date = None if pins else as_of(recipe, env)
+        dated = f"python3 -m pip install {load().pip_as_of} && " if date else ""
         lines.append("RUN --mount=type=cache,id=kl-pip,target=/root/.cache/pip "
                      "--mount=type=secret,id=pipconf,target=/etc/pip.conf "
-                     + (f"KERNELLAB_RESOLVED={fresh} " if fresh else "")
-                     + f"python3 -m pip install {' '.join(shlex.quote(p) for p in pins or recipe.pip)}")
+                     + (f"KERNELLAB_RESOLVED={fresh} " if fresh else "") + dated
+                     + "python3 -m pip install " + (f"--uploaded-prior-to {date}T00:00:00Z " if date else "")
+                     + " ".join(shlex.quote(p) for p in pins or recipe.pip))
     lines.append(_run(f"{freeze} > /etc/kernellab/recipe-pip-freeze.txt && LC_ALL=C comm -13 "
                       f"/etc/kernellab/target-pip-freeze.txt /etc/kernellab/recipe-pip-freeze.txt > {lock.ADDED}"))
     previous = "sources"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from .experiments import Case
 from .model import Claim, Recipe
@@ -73,8 +73,13 @@ def _insane(case: Case) -> str | None:
                                            for s in bad)
 
 
-def judge(recipe: Recipe, cases: Sequence[Case], *, gpu_name: str | None, stand_in: str | None = None) -> list[Verdict]:
-    return [judge_one(recipe, c, cases, gpu_name=gpu_name, stand_in=stand_in) for c in recipe.claims]
+def judge(recipe: Recipe, cases: Sequence[Case], *, gpu_name: str | None,
+          stand_ins: Mapping[str, str] | None = None) -> list[Verdict]:
+    """Every claim's verdict; stand_ins: experiment -> why its data is a stand-in (its claims are not run)."""
+    made = stand_ins or {}
+    return [judge_one(recipe, c, cases, gpu_name=gpu_name,
+                      stand_in=made.get(c.experiment) or (made.get(c.baseline) if c.baseline else None))
+            for c in recipe.claims]
 
 
 def judge_one(recipe: Recipe, claim: Claim, cases: Sequence[Case], *, gpu_name: str | None,

@@ -65,6 +65,20 @@ def select(recipe: Recipe, k: str | None) -> list[Experiment]:
     return chosen
 
 
+def runnable(chosen: list[Experiment], *, cuda: str | None, target: str | None, recipe: Recipe,
+             out: IO[str]) -> list[Experiment]:
+    """The experiments this target can run: one that needs CUDA is left out of a CPU target's run, said so."""
+    if cuda:
+        return chosen
+    left = [e for e in chosen if e.needs_cuda]
+    if left and len(left) == len(chosen):
+        raise RecipeError(f"{', '.join(e.name for e in left)} need{'s' * (len(left) == 1)} CUDA, and target "
+                          f"{target} has none; run them with --target of a CUDA target ({recipe.requirements.note or 'see recipe check'}).")
+    if left:
+        out.write(f"not run here: {', '.join(e.name for e in left)} (they need CUDA; target {target} has none)\n")
+    return [e for e in chosen if not e.needs_cuda]
+
+
 def extract(pattern: str, output: str) -> float | None:
     """The last number the pattern's group matched in the output, or None."""
     found = re.findall(pattern, output, re.MULTILINE)
@@ -90,7 +104,7 @@ def _last_lines(text: str, n: int = 8) -> str:
 
 
 def run_case(exp: Experiment, params: dict[str, Any], vals: dict[str, Any], *, image: str, raw: Path, repeats: int,
-             runner: Callable[..., int]) -> Case:
+             runner: Callable[..., int], mounts: tuple[str, ...] = ()) -> Case:
     case = Case(exp.name, {k: v for k, v in params.items()})
     case.command = substitute(exp.run, {**vals, **params})
     outputs = []
@@ -100,7 +114,7 @@ def run_case(exp: Experiment, params: dict[str, Any], vals: dict[str, Any], *, i
         start = time.monotonic()
         with open(file, "w") as f:
             code = runner(image, ["bash", "-eo", "pipefail", "-c", f"cd /src/{exp.cwd}\n{case.command}"],
-                          out=f, timeout=exp.timeout_s, scratch=file.parent)
+                          out=f, timeout=exp.timeout_s, scratch=file.parent, mounts=mounts)
         output = file.read_text(errors="replace")
         metrics = {m.name: extract(m.regex, output) for m in exp.metrics}
         case.runs.append({"repeat": r, "exit_code": code, "seconds": round(time.monotonic() - start, 3),
@@ -132,7 +146,8 @@ def container_runner(gpu: bool | str = True, gpu_index: str | None = None,
     """Run a command in the image as the caller, GPU attached, output to a file, killed after a timeout."""
     eng = resolve_engine(engine)
 
-    def run(image: str, command: list[str], *, out: IO[str], timeout: float, scratch: Path) -> int:
+    def run(image: str, command: list[str], *, out: IO[str], timeout: float, scratch: Path,
+            mounts: tuple[str, ...] = ()) -> int:
         name = runner.new_name()
         timed_out = threading.Event()
 
@@ -144,7 +159,7 @@ def container_runner(gpu: bool | str = True, gpu_index: str | None = None,
         timer.start()
         try:
             code = runner.run(image, command, gpu=gpu, gpu_index=gpu_index, name=name, out=out, engine=eng,
-                                  mounts=(f"{scratch.resolve()}:{OUT}",), env={"KERNELLAB_OUT": OUT})
+                              mounts=(f"{scratch.resolve()}:{OUT}", *mounts), env={"KERNELLAB_OUT": OUT})
         finally:
             timer.cancel()
         return TIMED_OUT if timed_out.is_set() else code
@@ -153,7 +168,8 @@ def container_runner(gpu: bool | str = True, gpu_index: str | None = None,
 
 
 def run_all(experiments: list[Experiment], vals: dict[str, Any], *, image: str, raw: Path, quick: bool,
-            runner: Callable[..., int], out: IO[str], cases: list[Case] | None = None) -> list[Case]:
+            runner: Callable[..., int], out: IO[str], cases: list[Case] | None = None,
+            mounts: Callable[[Experiment], tuple[str, ...]] = lambda e: ()) -> list[Case]:
     """Every case of the experiments (--quick: their quick grids, one repeat), in order; a failed case is
     recorded with why and the next one runs. Each case is appended to `cases` as it ends, so a caller
     interrupted midway (Ctrl-C) still has what ran."""
@@ -164,7 +180,7 @@ def run_all(experiments: list[Experiment], vals: dict[str, Any], *, image: str, 
         shown = " ".join(f"{k}={v}" for k, v in params.items())
         out.write(f"[{i}/{len(plan)}] {exp.name} {shown} ({repeats} run{'s' * (repeats > 1)}) ... ")
         out.flush()
-        case = run_case(exp, params, vals, image=image, raw=raw, repeats=repeats, runner=runner)
+        case = run_case(exp, params, vals, image=image, raw=raw, repeats=repeats, runner=runner, mounts=mounts(exp))
         if case.problem:
             out.write(f"FAILED\n  {case.problem}\n")
         else:

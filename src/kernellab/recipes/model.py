@@ -59,6 +59,32 @@ class Patch:
 
 
 @dataclass(frozen=True)
+class Variant:
+    """Data made by a command in the recipe's image (writing into /out): a stand-in for an input, or a small one."""
+
+    run: str
+    description: str
+
+
+@dataclass(frozen=True)
+class Input:
+    """A dataset experiments read at /inputs/NAME (read-only): fetched (url, its sha256 and size; `prepare` turns
+    the download at /download into the files) or made by `run`; cached, shared by runs and machines.
+    `stand_in` makes data of the same shape where the real data cannot be had, `quick` a small one for --quick;
+    a case on either judges no claim."""
+
+    name: str
+    description: str
+    url: str | None = None
+    sha256: str = ""                      # "" = recorded at the first download (locks/inputs.json), checked after
+    size_gb: float | None = None
+    prepare: str | None = None
+    run: str | None = None
+    stand_in: Variant | None = None
+    quick: Variant | None = None
+
+
+@dataclass(frozen=True)
 class Step:
     name: str
     run: str
@@ -98,6 +124,8 @@ class Experiment:
     metrics: tuple[Metric, ...] = ()
     sanity: tuple[Sanity, ...] = ()
     description: str = ""
+    inputs: tuple[str, ...] = ()          # the inputs it reads, at /inputs/NAME
+    needs_cuda: bool = False              # runs only in a target with CUDA (a CPU target leaves it out, said so)
 
     def cases(self, quick: bool = False) -> list[dict[str, Any]]:
         """Every point of the grid (with derived values), in the grid's order; --quick: the quick grid."""
@@ -142,6 +170,8 @@ class Recipe:
     steps: tuple[Step, ...]
     experiments: tuple[Experiment, ...]
     claims: tuple[Claim, ...]
+    inputs: tuple[Input, ...] = ()
+    as_of: str | None = None              # the recipe's pip layer resolves as of this day (default: the target's)
 
     @property
     def file(self) -> Path:
@@ -152,6 +182,12 @@ class Recipe:
             if e.name == name:
                 return e
         raise RecipeError(f"recipe {self.name} has no experiment `{name}`{did_you_mean(name, self.experiment_names)}.")
+
+    def input(self, name: str) -> Input:
+        for i in self.inputs:
+            if i.name == name:
+                return i
+        raise RecipeError(f"recipe {self.name} has no input `{name}`{did_you_mean(name, [i.name for i in self.inputs])}.")
 
     @property
     def experiment_names(self) -> list[str]:

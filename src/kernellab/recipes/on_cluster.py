@@ -10,6 +10,7 @@ from typing import IO, Any, Sequence
 
 from ..cluster import profile as profiles
 from ..cluster import report, runs
+from ..errors import RecipeError
 from . import build, claims, experiments, read, record
 
 
@@ -22,6 +23,10 @@ def submit(name: str, *, gpus: str | None, profile: str | None, k: str | None = 
         return runs.resume(resume, prof, out=out)
     recipe = read.load(name)
     chosen = experiments.select(recipe, k)
+    reading = [e.name for e in chosen if e.inputs]
+    if reading:
+        raise RecipeError(f"{', '.join(reading)} read inputs (datasets), which a cluster run does not carry to its "
+                          f"nodes yet; run them here with `invoke recipe run {recipe.name}`, or choose others with -k.")
     built = build.build(recipe, target=target, out=out)
     req = runs.Request(kind="recipe", gpus=gpus, image=built.tags[0], names=[e.name for e in chosen],
                        command=(str(recipe.folder.resolve()), *(["--quick"] if quick else [])), dry_run=dry_run,

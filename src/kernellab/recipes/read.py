@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from .. import ROOT, shown
-from ..errors import RecipeError
+from ..errors import ConfigError, RecipeError
+from ..image.targets import as_of_date
 from .model import (
     BETTER,
     FILE,
@@ -18,6 +19,7 @@ from .model import (
     PLACEHOLDER,
     Claim,
     Experiment,
+    Input,
     Metric,
     Paper,
     Patch,
@@ -26,6 +28,7 @@ from .model import (
     Sanity,
     Source,
     Step,
+    Variant,
     did_you_mean,
     evaluate,
 )
@@ -132,11 +135,15 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 def parse(name: str, folder: Path, data: dict[str, Any]) -> Recipe:
     file = shown(folder / FILE)
     top = _Table(file, "", data).known("paper", "environment", "requirements", "sources", "patches", "steps",
-                                       "experiments", "claims")
+                                       "inputs", "experiments", "claims")
     p = top.sub("paper").known("title", "venue", "year", "link")
     paper = Paper(p.text("title"), p.text("venue"), p.get("year", int, expect="a year such as 2023"),
                   p.text("link", expect="a URL"))
-    env = top.sub("environment").known("target", "pip")
+    env = top.sub("environment").known("target", "pip", "as_of")
+    try:
+        as_of = as_of_date(env.data["as_of"], f"{file}: environment") if "as_of" in env.data else None
+    except ConfigError as bad:
+        raise RecipeError(str(bad)) from None
     target, table = None, None
     if isinstance(env.data.get("target"), dict):
         table = env.sub("target").data
@@ -158,8 +165,15 @@ def parse(name: str, folder: Path, data: dict[str, Any]) -> Recipe:
     steps = tuple(Step(t.known("name", "run", "cwd").text("name"), t.text("run"), t.text("cwd", "."))
                   for t in top.items("steps"))
     _unique(top, "steps", [s.name for s in steps])
+    inputs = tuple(_input(t) for t in top.items("inputs"))
+    _unique(top, "inputs", [i.name for i in inputs])
     experiments = tuple(_experiment(t) for t in top.items("experiments"))
     _unique(top, "experiments", [e.name for e in experiments])
+    for i, e in enumerate(experiments):
+        for name in e.inputs:
+            if name not in {x.name for x in inputs}:
+                raise RecipeError(f"{file}: experiments[{i}].inputs names `{name}`, which is not an input "
+                                  f"([[inputs]]: {', '.join(x.name for x in inputs) or 'none'}).")
     claims = tuple(_claim(t, {e.name: e for e in experiments}) for t in top.items("claims"))
     _unique(top, "claims", [c.name for c in claims])
     for i, s in enumerate(steps):
@@ -167,7 +181,7 @@ def parse(name: str, folder: Path, data: dict[str, Any]) -> Recipe:
     for i, e in enumerate(experiments):
         _placeholders(file, f"experiments[{i}].run", e.run, set(KNOWN) | set(e.grid) | set(e.derive))
     return Recipe(name, folder, paper, target, table, env.strings("pip"), requirements, sources, patches, steps,
-                  experiments, claims)
+                  experiments, claims, inputs, as_of)
 
 
 def _unique(t: _Table, key: str, values: list[str]) -> None:
@@ -206,6 +220,29 @@ def _patch(t: _Table, folder: Path, sources: list[str]) -> Patch:
     return Patch(path, source, t.text("reason", expect="why the patch exists (one sentence)"))
 
 
+def _input(t: _Table) -> Input:
+    t.known("name", "description", "url", "sha256", "size_gb", "prepare", "run", "stand_in", "quick")
+    name = t.text("name")
+    if not _NAME.match(name):
+        raise t.fail("name", f"must be a plain name (letters, digits, -_.), not {name!r}")
+    url, run = t.text("url", None, "a URL such as https://host/data.zip"), t.text("run", None)
+    if (url is None) == (run is None):
+        raise t.fail("url", "or run must say where the data comes from (one of them: a download, or a command "
+                            "that writes the data into /out)")
+    sha = t.get("sha256", str, "", lambda v: v == "" or bool(re.fullmatch(r"[0-9a-f]{64}", v)),
+                "the download's sha256 (64 hex digits), or \"\" to record it at the first download")
+    variants = {}
+    for key in ("stand_in", "quick"):
+        if key in t.data:
+            v = t.sub(key).known("run", "description")
+            variants[key] = Variant(v.text("run", expect="a command that writes the data into /out"),
+                                    v.text("description", expect="what the data is (it is shown with every result)"))
+    return Input(name, t.text("description", expect="what the data is"), url, sha,
+                 t.get("size_gb", float, None, lambda v: v > 0, "a positive number of GB"),
+                 t.text("prepare", None, "a command that turns /download into the files in /out"), run,
+                 variants.get("stand_in"), variants.get("quick"))
+
+
 def _regex(t: _Table, key: str) -> str:
     pattern = t.text(key, expect="a regular expression with one group, such as 'time: ([0-9.]+) ms'")
     try:
@@ -230,7 +267,7 @@ def _grid(t: _Table, key: str) -> dict[str, tuple[Any, ...]]:
 
 def _experiment(t: _Table) -> Experiment:
     t.known("name", "run", "cwd", "grid", "derive", "quick", "repeats", "timeout_s", "metrics", "sanity",
-            "description")
+            "description", "inputs", "needs_cuda")
     name = t.text("name")
     grid, quick = _grid(t, "grid"), _grid(t, "quick")
     for k in quick:
@@ -259,7 +296,7 @@ def _experiment(t: _Table) -> Experiment:
     return Experiment(name, t.text("run"), t.text("cwd", "."), grid, dict(derive.data), quick,
                       t.get("repeats", int, 1, lambda v: v >= 1, "a count >= 1"),
                       t.get("timeout_s", float, 600.0, lambda v: v > 0, "seconds > 0"), metrics, tuple(sanity),
-                      t.text("description", ""))
+                      t.text("description", ""), t.strings("inputs"), t.get("needs_cuda", bool, False))
 
 
 def _claim(t: _Table, experiments: dict[str, Experiment]) -> Claim:

@@ -108,6 +108,8 @@ def summary(data: dict[str, Any]) -> str:
              f"- {'quick run (one repeat, the quick grid)' if data.get('quick') else 'full run'}; "
              f"{len(cases)} cases, {sum(len(c['runs']) for c in cases)} commands, "
              f"{sum(1 for c in cases if c['problem'])} failed",
+             *(f"- input {n}: {'**' + i['kind'].upper() + '**' if i['kind'] != 'data' else 'data'} ({i['description']})"
+               for n, i in (data.get("inputs") or {}).items()),
              "- verdicts: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())), "",
              "## Claims", "", claims_table([Verdict(**v) for v in data["claims"]]), "", "## Cases", "",
              "| experiment | case | metrics (median) | sanity | runs |", "|---|---|---|---|---|"]

@@ -25,9 +25,11 @@ LOCK = Path("/etc/kernellab/recipe-lock.json")
 IN_IMAGE = Path("/recipe")
 
 
-def native_runner(image: str, command: list[str], *, out: IO[str], timeout: float, scratch: Path) -> int:
+def native_runner(image: str, command: list[str], *, out: IO[str], timeout: float, scratch: Path,
+                  mounts: tuple[str, ...] = ()) -> int:
     """A case as a process of this container; killed after timeout (exit code experiments.TIMED_OUT)."""
     del image  # the task runs inside it already
+    assert not mounts, "a cluster task's experiment reads no inputs (kernellab.recipes.on_cluster refuses them)"
     env = {**os.environ, "KERNELLAB_OUT": str(scratch.resolve())}
     try:
         return subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=env, timeout=timeout).returncode

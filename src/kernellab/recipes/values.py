@@ -29,6 +29,7 @@ KNOWN = {
     "torch": "the image's torch version",
     "cuda": "the target's CUDA version (none for CPU targets)",
     "cuda_home": "the CUDA toolkit's folder in the image",
+    "use_cuda": "ON where the target has CUDA, else OFF (CMake style, as TVM's USE_CUDA)",
     "llvm_config": "the image's llvm-config (empty where it has none)",
 }
 
@@ -84,6 +85,7 @@ def values(spec: Spec, facts: dict[str, str], jobs: int | None = None) -> dict[s
         "sm": ",".join(f"sm_{n}" for n in nums),
         "jobs": jobs or int(os.environ.get("KERNELLAB_JOBS") or os.cpu_count() or 1),
         "cuda": spec.cuda or "none",
+        "use_cuda": "ON" if spec.cuda else "OFF",
         **facts,
     }
     out["cuda_home"] = facts.get("cuda_home") or spec.cuda_home or ""

@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import IO, Any, Callable
 
 from .. import gpu
-from ..container import runner
+from ..container import runner as runner_module
 from ..engine import Engine, resolve_engine
 from ..errors import RecipeError
 from . import build as builds
-from . import checks, claims, experiments, lock, model, read, record, sources, values
+from . import checks, claims, experiments, inputs, lock, model, read, record, sources, values
 
 
 def listing(root: Path = read.RECIPES) -> str:
@@ -41,6 +41,7 @@ def check(name: str, *, target: str | None = None) -> str:
              f"  patches: {len(recipe.patches)}" + (f" (not checked until fetched: {', '.join(unchecked)})"
                                                     if unchecked else " (apply cleanly)" if recipe.patches else ""),
              f"  steps: {', '.join(s.name for s in recipe.steps) or 'none'}",
+             *(f"  input {i.name}: {i.description} ({_origin(i)})" for i in recipe.inputs),
              "  experiments: " + ", ".join(f"{e.name} ({len(e.cases())} cases x {e.repeats})" for e in recipe.experiments),
              f"  claims: {len(recipe.claims)} ({sum(c.judge == 'ratio' for c in recipe.claims)} ratios)"]
     if recipe.requirements.note:
@@ -49,7 +50,13 @@ def check(name: str, *, target: str | None = None) -> str:
     return "\n".join(lines)
 
 
-def run(name: str, *, target: str | None = None, k: str | None = None, quick: bool = False,
+def _origin(i: model.Input) -> str:
+    where = f"from {i.url}" + (f", {i.size_gb:g} GB" if i.size_gb else "") if i.url else "generated"
+    more = [f"stand-in: {v.description}" for v in (i.stand_in,) if v] + [f"--quick: {v.description}" for v in (i.quick,) if v]
+    return "; ".join([where, *more])
+
+
+def run(name: str, *, target: str | None = None, k: str | None = None, quick: bool = False, stand_in: bool = False,
         gpu_mode: bool | str = True, gpu_index: str | None = None, wheelhouse: Path | None = None,
         runner: Callable[..., int] | None = None, results: Path = record.RESULTS, engine: Engine | None = None,
         out: IO[str] = sys.stdout) -> tuple[Path, list[claims.Verdict], list[experiments.Case]]:
@@ -62,6 +69,13 @@ def run(name: str, *, target: str | None = None, k: str | None = None, quick: bo
     built = builds.build(recipe, target=target, wheelhouse=wheelhouse, engine=eng, out=out)
     out.write(f"image {built.tags[0]} ({'unchanged, not rebuilt' if built.cached else f'built in {built.seconds:.0f} s'})\n")
     env_ = built.env
+    chosen = experiments.runnable(chosen, cuda=env_.spec.cuda, target=env_.spec.target, recipe=recipe, out=out)
+
+    def plain(image: str, argv: list[str], *, out: IO[str], mounts: tuple[str, ...]) -> int:
+        return runner_module.run(image, argv, gpu=False, out=out, mounts=mounts, engine=eng)
+
+    ready = inputs.prepare_all(recipe, inputs.needed(chosen), image=built.image_id, run=plain, quick=quick,
+                               stand_in=stand_in, out=out)
     about = record.machine(chosen_gpus[0] if chosen_gpus else None)
     gpu_name = (about["gpu"] or {}).get("name")
     folder = record.run_folder(recipe.name, gpu_name, results)
@@ -69,16 +83,18 @@ def run(name: str, *, target: str | None = None, k: str | None = None, quick: bo
     try:
         experiments.run_all(chosen, env_.values, image=built.image_id, raw=folder / "raw", quick=quick,
                             runner=runner or experiments.container_runner(gpu_mode, gpu_index, eng), out=out,
-                            cases=cases)
+                            cases=cases, mounts=lambda e: inputs.mounts(ready, e))
     finally:  # interrupted or not, what ran is recorded (claims whose cases did not run say so)
-        verdicts = _record(recipe, folder, cases, built, about, k=k, quick=quick, eng=eng)
+        verdicts = _record(recipe, folder, cases, built, about, ready, k=k, quick=quick, eng=eng)
     return folder, verdicts, cases
 
 
 def _record(recipe: model.Recipe, folder: Path, cases: list[experiments.Case], built: builds.Built,
-            about: dict[str, Any], *, k: str | None, quick: bool, eng: Engine) -> list[claims.Verdict]:
+            about: dict[str, Any], ready: dict[str, inputs.Ready], *, k: str | None, quick: bool,
+            eng: Engine) -> list[claims.Verdict]:
     env_ = built.env
-    verdicts = claims.judge(recipe, cases, gpu_name=(about["gpu"] or {}).get("name"))
+    verdicts = claims.judge(recipe, cases, gpu_name=(about["gpu"] or {}).get("name"),
+                            stand_ins=inputs.stand_ins(recipe, ready))
     labels = builds.verified_image(recipe, built.image_id, eng)
     made_of = lock.read_record(recipe.name)
     provenance = {
@@ -89,6 +105,7 @@ def _record(recipe: model.Recipe, folder: Path, cases: list[experiments.Case], b
                   "recipe_sha256": labels.get("kernellab.recipe-sha256"),
                   "recipe_lock_sha256": labels.get("kernellab.recipe-lock-sha256")},
         "sources": made_of["sources"], "patches": made_of["patches"], "values": env_.values,
+        "inputs": {n: r.to_dict() for n, r in ready.items()},
     }
     units = {m.name: m.unit for e in recipe.experiments for m in e.metrics}
     record.write(folder, provenance=provenance, cases=cases, verdicts=verdicts, units=units)
@@ -120,7 +137,7 @@ def shell(name: str, *, step: int | None = None, target: str | None = None, gpu_
                   f"{model.substitute(nxt.run, built.env.values)}\n/sources is {sources} (the patched sources, "
                   f"writable, kept): `git -C {sources} diff` there shows the recipe's patches and your fix; save the "
                   f"fix as recipes/{recipe.name}/patches/NAME.diff, add it to recipe.toml, build again.\n")
-    return runner.run(built.image_id, ["bash"], gpu=gpu_mode, gpu_index=gpu_index, interactive=True,
+    return runner_module.run(built.image_id, ["bash"], gpu=gpu_mode, gpu_index=gpu_index, interactive=True,
                           mounts=(f"{sources}:/sources",), engine=eng)
 
 

@@ -37,12 +37,15 @@ class Request:
     apt: tuple[str, ...] = ()
     with_extras: tuple[str, ...] = ()  # optional parts asked for (a target's `extras`)
     description: str = ""
+    as_of: str | None = None
 
     def extras(self, matrix: Matrix) -> dict[str, Any]:
-        """The Spec fields every kind copies: extra packages, optional extras, what goes in every image, the description."""
+        """The Spec fields every kind copies: extra packages, optional extras, what goes in every image, the description,
+        the date pip resolves as of, LLVM's role."""
         names, pip = choose.extras(matrix, self.with_extras)
         return dict(extra_pip=self.pip, extra_apt=self.apt, image_pip=matrix.image_pip, image_apt=matrix.image_apt,
-                    extras=names, extras_pip=pip, description=self.description)
+                    extras=names, extras_pip=pip, description=self.description, as_of=self.as_of,
+                    llvm_role=self.llvm_role)
 
 
 class BaseStatus(NamedTuple):
@@ -99,6 +102,10 @@ class Kind:
             python_ppa=bool(os_ and spec.python != os_.python),
             llvm_apt=bool(os_ and spec.llvm and spec.llvm not in os_.llvm),
             pip_packages=[p for p in (spec.torch_requirement, *spec.image_pip, *spec.extra_pip) if p],
+            # A dated target (as_of): everything but kernellab's own tools resolves as of its date.
+            dated_packages=[p for p in (spec.torch_requirement, *spec.image_pip, *spec.extra_pip)
+                            if p and p not in matrix.undated],
+            undated_packages=[p for p in spec.image_pip if p in matrix.undated], pip_as_of=matrix.pip_as_of,
         )
 
     # ------------------------------------------------------------ the base image
@@ -142,7 +149,8 @@ def _apt(spec: Spec, os_: Os) -> list[str]:
     pkgs = list(spec.image_apt) + [f"gcc-{spec.gcc}", f"g++-{spec.gcc}"]
     if spec.python == os_.python:
         pkgs += [f"python{spec.python}", f"python{spec.python}-venv", f"python{spec.python}-dev"]
-    if spec.llvm and spec.llvm in os_.llvm:
-        pkgs += [f"clang-{spec.llvm}", f"lld-{spec.llvm}", f"llvm-{spec.llvm}-dev"]
+    if spec.llvm and spec.llvm in os_.llvm:  # LLVM as a library wants llvm-config and its headers, not clang
+        pkgs += [f"llvm-{spec.llvm}-dev"] if spec.llvm_role == "library" else \
+                [f"clang-{spec.llvm}", f"lld-{spec.llvm}", f"llvm-{spec.llvm}-dev"]
     pkgs += list(spec.extra_apt)
     return list(dict.fromkeys(pkgs))

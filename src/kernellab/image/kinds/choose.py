@@ -142,14 +142,32 @@ def nearest_torch(matrix: Matrix, cuda: Cuda, requested: str) -> Torch | None:
 
 
 def wheel_variant(torch: Torch, cuda: Cuda) -> str | None:
-    """The wheel variant of `torch` for this toolkit: its own (cu113 for 11.3), else the newest of the same CUDA major
-    and an older minor (cu111 for 11.3: extensions compile, since torch checks only nvcc's major), else None."""
+    """The wheel variant of `torch` for this toolkit: its own (cu113 for 11.3), else one of the same CUDA major
+    (extensions compile, since torch checks only nvcc's major): the newest older minor (cu111 for 11.3), else a
+    newer minor, PyPI's build first (cu117 for 11.2 and torch 1.13.1), else None."""
     if cuda.variant in torch.variants:
         return cuda.variant
-    major, minor = (int(x) for x in cuda.version.split(".")[:2])
-    same = [v for v in torch.variants if v.startswith(f"cu{major}") and len(v) == len(cuda.variant)
-            and int(v[2 + len(str(major)):] or 0) <= minor]
-    return max(same, key=lambda v: int(v[2:]), default=None)
+    minor = cuda_minor(cuda.variant)
+    same = [v for v in torch.variants if v.startswith("cu") and same_major(v, cuda.variant)]
+    older = [v for v in same if cuda_minor(v) < minor]
+    if older:
+        return max(older, key=cuda_minor)
+    newer = sorted(same, key=lambda v: (v != torch.pypi_default, cuda_minor(v)))
+    return newer[0] if newer else None
+
+
+def variant_cuda(variant: str) -> str:
+    """"cu117" -> "11.7", "cu121" -> "12.1", "cu130" -> "13.0"."""
+    digits = variant[2:]
+    return f"{digits[:-1]}.{digits[-1]}"
+
+
+def same_major(a: str, b: str) -> bool:
+    return variant_cuda(a).split(".")[0] == variant_cuda(b).split(".")[0]
+
+
+def cuda_minor(variant: str) -> int:
+    return int(variant_cuda(variant).split(".")[1])
 
 
 # --------------------------------------------------------------------------- PyTorch
@@ -170,27 +188,52 @@ def torch_for(matrix: Matrix, cuda: Cuda | None, requested: str | None, what: st
     variant = cuda.variant if cuda else "cpu"
     having = [t for t in matrix.torch.values() if variant in t.variants]
     if requested:
-        req = str(requested).strip()
+        req, _, asked = str(requested).strip().partition("+")  # "2.0.1+cu117": that wheel, as pip names it
         matches = [t for k, t in matrix.torch.items() if k == req or k.startswith(req + ".")]
         if not matches:
             raise ResolveError(f"unknown PyTorch version `{req}`{did_you_mean(req, matrix.torch)}; "
                                f"known: {known(matrix.torch)}.")
         chosen = max(matches, key=lambda t: vkey(t.version))
-        found = wheel_variant(chosen, cuda) if cuda else (variant if variant in chosen.variants else None)
+        found = _asked_variant(chosen, asked, variant, what) if asked else \
+            wheel_variant(chosen, cuda) if cuda else (variant if variant in chosen.variants else None)
         if found is None:
             alt = f"PyTorch with {variant} wheels: {span([t.version for t in having])}" if having else \
                   f"no PyTorch release has {variant} wheels"
             raise ResolveError(
                 f"PyTorch {chosen.version} has no wheel for {what} (published: {', '.join(chosen.variants)}); {alt}.")
         if cuda and found != variant and warnings is not None:
-            warnings.append(f"PyTorch {chosen.version} has no {variant} wheel: its {found} wheel (CUDA {found[2:-1]}."
-                            f"{found[-1]} runtime) with the CUDA {cuda.version} toolkit; extensions compile (same "
-                            f"CUDA major)")
+            warnings.append(_variant_note(chosen, found, cuda, asked=bool(asked)))
         return chosen, found
     if not having:
         raise ResolveError(f"no PyTorch release in the matrix publishes {variant} wheels for {what}; "
                            f"choose another CUDA version.")
     return max(having, key=lambda t: vkey(t.version)), variant
+
+
+def _variant_note(torch: Torch, found: str, cuda: Cuda, *, asked: bool) -> str:
+    """What taking another CUDA minor's wheel means: extensions compile; a newer runtime asks more of the driver."""
+    start = f"its {found} wheel" if asked else f"PyTorch {torch.version} has no {cuda.variant} wheel: its {found} wheel"
+    runtime = variant_cuda(found)
+    if vkey(runtime) < vkey(cuda.version):
+        return f"{start} (CUDA {runtime} runtime) with the CUDA {cuda.version} toolkit; extensions compile (same CUDA major)"
+    driver = f" (any driver from {cuda.mvc_driver} does, through minor version compatibility)" if cuda.mvc_driver else ""
+    return (f"{start} (CUDA {runtime} runtime, newer than the CUDA {cuda.version} toolkit); extensions compile (same "
+            f"CUDA major); the driver must run CUDA {runtime}{driver}")
+
+
+def _asked_variant(torch: Torch, asked: str, variant: str, what: str) -> str:
+    """A variant named with the version ("2.0.1+cu117"): published, and of the toolkit's CUDA major."""
+    if asked not in torch.variants:
+        raise ResolveError(f"PyTorch {torch.version} has no {asked} wheel (published: {', '.join(torch.variants)}).")
+    if variant == "cpu" or asked == "cpu":
+        if asked != variant:
+            raise ResolveError(f"PyTorch {torch.version}+{asked} is not for {what}; use +{variant}.")
+        return asked
+    if not same_major(asked, variant):
+        raise ResolveError(f"PyTorch {torch.version}+{asked} is for CUDA {variant_cuda(asked)}, another major than "
+                           f"{what}: extensions would not compile (torch checks nvcc's major); use a {variant[:-1]}x "
+                           f"wheel.")
+    return asked
 
 
 def check_torch_archs(torch: Torch, variant: str, gpus: Sequence[Gpu]) -> None:

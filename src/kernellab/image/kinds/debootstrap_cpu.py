@@ -79,26 +79,28 @@ class DebootstrapCpu(OsBase):
     def resolve(self, matrix: Matrix, req: Request) -> Spec:
         if req.cuda:
             raise ResolveError("`--gpu cpu` builds a CPU-only image; drop --cuda, or name a GPU.")
-        if choose.no_torch(req.torch):
-            raise ResolveError("`--torch none` is for a CUDA toolkit image (nvcc alone); a CPU image is PyTorch's.")
         os_ = choose.os_(matrix, req.os or choose.os_for_base(matrix, req.base or DEFAULT_BASE))
-        torch, _ = choose.torch_for(matrix, None, req.torch, "CPU")
+        # torch = "none": a CPU image for a system that does not use PyTorch (TVM, say): Python and the compilers.
+        torch = None if choose.no_torch(req.torch) else choose.torch_for(matrix, None, req.torch, "CPU")[0]
         py = choose.python(os_, torch, req.python)
         warnings: list[str] = []
         return Spec(
             kind=self.name, target=req.target, gpus=("cpu",), ccs=(), cuda=None, cuda_full=None, cudnn=None,
-            min_driver=None, torch=torch.version, torch_variant="cpu", python=py, os=os_.key,
+            min_driver=None, torch=torch.version if torch else None,
+            torch_variant="cpu" if torch else choose.NO_TORCH, python=py, os=os_.key,
             base=req.base or os_.image, gcc=choose.gcc(os_, None, req.gcc),
-            llvm=choose.llvm(matrix, os_, None, req.llvm, warnings), triton=None, pip_toolkit=None,
-            cuda_home=None, torch_index=index_url(matrix.torch_index, torch, "cpu"),
-            torch_requirement=choose.torch_requirement(torch, "cpu"), warnings=tuple(warnings),
+            llvm=choose.llvm(matrix, os_, None, req.llvm, warnings, req.llvm_role), triton=None, pip_toolkit=None,
+            cuda_home=None, torch_index=index_url(matrix.torch_index, torch, "cpu") if torch else None,
+            torch_requirement=choose.torch_requirement(torch, "cpu") if torch else "", warnings=tuple(warnings),
             **req.extras(matrix),
         )
 
     def tag_parts(self, spec: Spec) -> list[str]:
-        return ["cpu", f"torch{spec.torch}", py_part(spec)]
+        return ["cpu", f"torch{spec.torch}" if spec.torch else "notorch", py_part(spec)]
 
     def title(self, spec: Spec) -> str:
+        if not spec.torch:
+            return f"CPU, no PyTorch, Python {spec.python}" + (f", LLVM {spec.llvm}" if spec.llvm else "")
         return f"CPU PyTorch {spec.torch}, Python {spec.python}"
 
 

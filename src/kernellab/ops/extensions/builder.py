@@ -111,7 +111,7 @@ def build(
                 linked, extra_ldflags = [s for s in sources if Path(s).suffix != ".cu"], [str(kernels)]
                 # The .cu objects are good whatever happens to the binding: keep them past a failed link.
                 _record_headers(directory, {k: v for k, v in headers.items() if k.endswith(".cuda.o")})
-        return Path(cpp_extension.load(
+        made = cpp_extension.load(
             name=name,
             sources=[str(s) for s in linked],
             extra_cflags=list(CXX_FLAGS),
@@ -122,7 +122,9 @@ def build(
             verbose=True,  # ninja then writes to fd 1, which _captured_output() collects
             with_cuda=cuda,
             is_python_module=False,
-        ))
+        )
+        # torch >= 2.0 returns the library's path; 1.x loads it and returns None (the path is torch's own choice).
+        return Path(made) if made else directory / f"{name}.so"
 
     started_wall, started = time.time(), time.perf_counter()
     failure: BaseException | None = None
