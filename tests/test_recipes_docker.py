@@ -143,6 +143,43 @@ def test_bytetransformer_builds_for_sm80_and_sm90_in_a_cuda_image_ci_can_build(t
     assert build.build(recipe, engine=DOCKER, out=io.StringIO()).cached
 
 
+@pytest.mark.full
+def test_featgraph_builds_tvm_0_7_against_llvm_11_and_runs_its_cpu_benchmarks_on_a_small_stand_in(tmp_path,
+                                                                                                    monkeypatch):
+    """cpu-debian11 (Debian 11, about 1.2 GB), FeatGraph and TVM v0.7.0 with its four submodules through the
+    papers' mirror, TVM compiled against LLVM 11 (about 11 minutes on 2 cores), then what `invoke recipe run
+    featgraph -k cpu --quick` does: SpMM and SDDMM at feature lengths 32-512 on the small generated stand-in."""
+    from kernellab import proc
+    from recipe_fixtures import use_paper_mirror
+
+    use_paper_mirror(monkeypatch)
+    monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path / "cache"))
+    engine.select("docker")
+    recipe = read.load("featgraph")
+    built = build.build(recipe, engine=DOCKER, out=io.StringIO())
+    assert built.env.values["use_cuda"] == "OFF" and built.env.values["llvm_config"] == "/usr/bin/llvm-config-11"
+    script = ("import tvm; from tvm import support; "
+              "print('TVM', tvm.__version__, 'LLVM', support.libinfo()['LLVM_VERSION'])")
+    argv = DOCKER.run_argv(built.image_id, ["bash", "-c", f"PYTHONPATH=/src/tvm/python python3 -c \"{script}\""],
+                           user=(0, 0), network="none", init=False, shm_size=None)
+    assert "TVM 0.7.0 LLVM 11.0.1" in proc.run(argv).stdout
+    pip = build.pip_added(built.image_id, DOCKER)
+    assert pip["numpy"].startswith("1.20.") and pip["scipy"].startswith("1.6."), "the packages of June 2021"
+    out = io.StringIO()
+    folder, verdicts, cases = verbs.run("featgraph", k="cpu", quick=True, gpu_mode=False,
+                                        results=tmp_path / "results", engine=DOCKER, out=out)
+    assert [(c.experiment, c.params["feat_len"]) for c in cases] == \
+        [(e, f) for e in ("spmm-cpu", "sddmm-cpu") for f in (32, 64, 128, 256, 512)]
+    assert all(c.problem is None and c.metrics["best_s"] > 0 for c in cases), [c.problem for c in cases if c.problem]
+    assert verdicts == [] and "not run here: spmm-gpu, sddmm-gpu" not in out.getvalue()  # -k cpu chose none of them
+    data = json.loads((folder / "run.json").read_text())
+    assert data["inputs"]["reddit"]["kind"] == "quick stand-in"
+    assert "**QUICK STAND-IN**" in (folder / "summary.md").read_text() and (folder / "metrics.png").is_file()
+    with pytest.raises(RecipeError, match="spmm-gpu, sddmm-gpu need CUDA, and target cpu-debian11 has none"):
+        verbs.run("featgraph", k="gpu", quick=True, gpu_mode=False, results=tmp_path / "results", engine=DOCKER,
+                  out=io.StringIO())
+
+
 def test_an_exported_recipe_carries_image_recipe_and_runs_and_a_damaged_file_stops_the_import(paper, tmp_path):
     """Exports the small recipe's image (on kernellab:cpu, so a 2.6 GB save) with its folder and a run."""
     from kernellab.transfer import importers

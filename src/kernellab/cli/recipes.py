@@ -72,7 +72,8 @@ def recipe(c: Context, verb: str, name: str, k: str | None = None, quick: bool =
         old = record.load(compare) if compare else None
         folder, verdicts, cases = verbs.run(name, target=target, k=k, quick=quick, stand_in=stand_in,
                                             gpu_mode=gpu_choice(gpu_mode), gpu_index=gpu_index, wheelhouse=wheels)
-        print("\n" + record.claims_table(verdicts))
+        print("\n" + (record.claims_table(verdicts) or "no claims judged: " + (read.load(name).paper.no_claims
+                                                                             or "the recipe encodes none")))
         if old is not None:
             print("\n" + record.compare(old, record.load(folder)))
         print(f"\nrecord: {folder}/summary.md")

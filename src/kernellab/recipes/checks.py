@@ -31,8 +31,8 @@ def _sm(cc: str) -> str:
 def check_target(recipe: Recipe, spec: Spec) -> None:
     """The target builds only for archs the recipe's code supports, and has CUDA when the code needs it."""
     supported = recipe.requirements.archs
-    if not supported:
-        return
+    if not supported or spec.cuda is None and recipe.requirements.cpu:
+        return  # any target; or a CPU one for a recipe that also runs on CPU (its CPU experiments)
     shown = ", ".join(_sm(a) for a in supported)
     if not spec.ccs or spec.cuda is None:
         raise RecipeError(f"recipe {recipe.name} is GPU code ({shown}) and target {spec.target or '(inline)'} has no "
@@ -44,8 +44,10 @@ def check_target(recipe: Recipe, spec: Spec) -> None:
                           f"GPUs are among those, or an inline [environment.target] with such a gpu list.")
 
 
-def check_host(recipe: Recipe, *, gpus: Sequence[HostGpu], disk: Path | None = None, run: bool = False) -> list[str]:
-    """RAM and disk for a build, GPU arch and memory for a run; refusals raise, what is only noted is returned."""
+def check_host(recipe: Recipe, *, gpus: Sequence[HostGpu], disk: Path | None = None, run: bool = False,
+               cuda: bool = True) -> list[str]:
+    """RAM and disk for a build, GPU arch and memory for a run; refusals raise, what is only noted is returned.
+    cuda=False: a CPU target, whose run needs no GPU."""
     req = recipe.requirements
     notes: list[str] = []
     if req.ram_gb and host_ram_gb() < req.ram_gb:
@@ -55,7 +57,7 @@ def check_host(recipe: Recipe, *, gpus: Sequence[HostGpu], disk: Path | None = N
         raise RecipeError(f"recipe {recipe.name} needs {req.disk_gb:g} GB free for its build (beyond its target "
                           f"image) and {disk} has {free_disk_gb(disk):.1f} GB; free some (`docker system prune`) or "
                           f"move the engine's data.")
-    if not req.archs:
+    if not req.archs or not cuda:
         return notes
     if not gpus:
         if run:

@@ -79,15 +79,17 @@ def runnable(chosen: list[Experiment], *, cuda: str | None, target: str | None, 
     return [e for e in chosen if not e.needs_cuda]
 
 
-def extract(pattern: str, output: str) -> float | None:
-    """The last number the pattern's group matched in the output, or None."""
-    found = re.findall(pattern, output, re.MULTILINE)
-    for raw in reversed(found):
+def extract(pattern: str, output: str, reduce: str = "last") -> float | None:
+    """The number the pattern's group matched in the output (the last, or the min or max of all), or None."""
+    found = []
+    for raw in re.findall(pattern, output, re.MULTILINE):
         try:
-            return float(raw)
+            found.append(float(raw))
         except ValueError:
             continue
-    return None
+    if not found:
+        return None
+    return min(found) if reduce == "min" else max(found) if reduce == "max" else found[-1]
 
 
 def check_sanity(checks: tuple[Sanity, ...], output: str) -> list[dict[str, Any]]:
@@ -116,7 +118,7 @@ def run_case(exp: Experiment, params: dict[str, Any], vals: dict[str, Any], *, i
             code = runner(image, ["bash", "-eo", "pipefail", "-c", f"cd /src/{exp.cwd}\n{case.command}"],
                           out=f, timeout=exp.timeout_s, scratch=file.parent, mounts=mounts)
         output = file.read_text(errors="replace")
-        metrics = {m.name: extract(m.regex, output) for m in exp.metrics}
+        metrics = {m.name: extract(m.regex, output, m.reduce) for m in exp.metrics}
         case.runs.append({"repeat": r, "exit_code": code, "seconds": round(time.monotonic() - start, 3),
                           "output": str(file.relative_to(raw.parent)), "metrics": metrics})
         outputs.append(output)

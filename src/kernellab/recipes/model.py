@@ -18,6 +18,8 @@ FILE = "recipe.toml"
 #: A placeholder in a command: {name}. `${NAME}` is the shell's and is left alone.
 PLACEHOLDER = re.compile(r"(?<!\$)\{([a-z_][a-z0-9_]*)\}")
 JUDGES = ("ratio", "absolute")
+#: Which of a metric's matches in a command's output is its value: the last (a final line), or the best of a sweep.
+REDUCE = ("last", "min", "max")
 BETTER = ("lower", "higher")
 
 
@@ -27,6 +29,7 @@ class Paper:
     venue: str
     year: int
     link: str
+    no_claims: str = ""                  # why the recipe encodes no claims yet (shown wherever claims would be)
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,7 @@ class Requirements:
     ram_gb: float | None = None
     disk_gb: float | None = None
     note: str = ""                       # which GPUs it runs on, and why (shown by `recipe check`)
+    cpu: bool = False                    # it also runs on CPU: a target without CUDA runs its CPU experiments
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,7 @@ class Metric:
     regex: str
     unit: str
     better: str  # "lower" or "higher"
+    reduce: str = "last"  # REDUCE: a script that prints one number per configuration of a sweep wants "min"
 
 
 @dataclass(frozen=True)

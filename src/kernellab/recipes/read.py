@@ -17,6 +17,7 @@ from .model import (
     FILE,
     JUDGES,
     PLACEHOLDER,
+    REDUCE,
     Claim,
     Experiment,
     Input,
@@ -136,9 +137,9 @@ def parse(name: str, folder: Path, data: dict[str, Any]) -> Recipe:
     file = shown(folder / FILE)
     top = _Table(file, "", data).known("paper", "environment", "requirements", "sources", "patches", "steps",
                                        "inputs", "experiments", "claims")
-    p = top.sub("paper").known("title", "venue", "year", "link")
+    p = top.sub("paper").known("title", "venue", "year", "link", "no_claims")
     paper = Paper(p.text("title"), p.text("venue"), p.get("year", int, expect="a year such as 2023"),
-                  p.text("link", expect="a URL"))
+                  p.text("link", expect="a URL"), p.text("no_claims", ""))
     env = top.sub("environment").known("target", "pip", "as_of")
     try:
         as_of = as_of_date(env.data["as_of"], f"{file}: environment") if "as_of" in env.data else None
@@ -149,14 +150,14 @@ def parse(name: str, folder: Path, data: dict[str, Any]) -> Recipe:
         table = env.sub("target").data
     else:
         target = env.text("target", expect='a named target such as "cu124-debian", or an inline table')
-    r = top.sub("requirements", {}).known("archs", "gpu_memory_gb", "ram_gb", "disk_gb", "note")
+    r = top.sub("requirements", {}).known("archs", "gpu_memory_gb", "ram_gb", "disk_gb", "note", "cpu")
     archs = r.strings("archs")
     for a in archs:
         if not re.match(r"^\d+\.\d+$", a):
             raise r.fail("archs", f'lists {a!r}; write compute capabilities such as "8.0"')
     gb = {k: r.get(k, float, None, lambda v: v > 0, "a positive number of GB")
           for k in ("gpu_memory_gb", "ram_gb", "disk_gb")}
-    requirements = Requirements(archs, note=r.text("note", ""), **gb)
+    requirements = Requirements(archs, note=r.text("note", ""), cpu=r.get("cpu", bool, False), **gb)
     sources = tuple(_source(t) for t in top.items("sources"))
     if not sources:
         raise top.fail("sources", "must name at least one repository ([[sources]] with url and commit)")
@@ -170,12 +171,15 @@ def parse(name: str, folder: Path, data: dict[str, Any]) -> Recipe:
     experiments = tuple(_experiment(t) for t in top.items("experiments"))
     _unique(top, "experiments", [e.name for e in experiments])
     for i, e in enumerate(experiments):
-        for name in e.inputs:
-            if name not in {x.name for x in inputs}:
-                raise RecipeError(f"{file}: experiments[{i}].inputs names `{name}`, which is not an input "
+        for wanted in e.inputs:
+            if wanted not in {x.name for x in inputs}:
+                raise RecipeError(f"{file}: experiments[{i}].inputs names `{wanted}`, which is not an input "
                                   f"([[inputs]]: {', '.join(x.name for x in inputs) or 'none'}).")
     claims = tuple(_claim(t, {e.name: e for e in experiments}) for t in top.items("claims"))
     _unique(top, "claims", [c.name for c in claims])
+    if not claims and not paper.no_claims:
+        raise top.fail("claims", "are missing: a recipe judges the paper's claims ([[claims]]), or says why it has "
+                                 "none yet ([paper] no_claims = \"...\")")
     for i, s in enumerate(steps):
         _placeholders(file, f"steps[{i}].run", s.run, set(KNOWN))
     for i, e in enumerate(experiments):
@@ -281,8 +285,9 @@ def _experiment(t: _Table) -> Experiment:
             evaluate(expr, {g: v[0] for g, v in grid.items()})
         except RecipeError as e:
             raise derive.fail(k, str(e)) from None
-    metrics = tuple(Metric(m.known("name", "regex", "unit", "better").text("name"), _regex(m, "regex"),
-                           m.text("unit", ""), m.get("better", str, "lower", lambda v: v in BETTER, '"lower" or "higher"'))
+    metrics = tuple(Metric(m.known("name", "regex", "unit", "better", "reduce").text("name"), _regex(m, "regex"),
+                           m.text("unit", ""), m.get("better", str, "lower", lambda v: v in BETTER, '"lower" or "higher"'),
+                           m.get("reduce", str, "last", lambda v: v in REDUCE, '"last", "min" or "max"'))
                     for m in t.items("metrics"))
     if not metrics:
         raise t.fail("metrics", "must name at least one metric ([[experiments.metrics]] with name and regex)")

@@ -65,6 +65,7 @@ def write(folder: Path, *, provenance: dict[str, Any], cases: Sequence[Case], ve
     (folder / "claims.md").write_text(claims_table(verdicts) + "\n")
     (folder / "summary.md").write_text(summary(data) + "\n")
     plot(folder, verdicts)
+    plot_metrics(folder, cases, units, stand_in=any(i.get("kind") != "data" for i in (data.get("inputs") or {}).values()))
 
 
 def load(folder: Path | str) -> dict[str, Any]:
@@ -79,6 +80,8 @@ def load(folder: Path | str) -> dict[str, Any]:
 
 
 def claims_table(verdicts: Sequence[Verdict]) -> str:
+    if not verdicts:
+        return ""
     rows = ["| claim | paper (" + ", ".join(sorted({v.paper_gpu for v in verdicts})) + ") | measured | verdict | why |",
             "|---|---|---|---|---|"]
     for v in verdicts:
@@ -111,7 +114,8 @@ def summary(data: dict[str, Any]) -> str:
              *(f"- input {n}: {'**' + i['kind'].upper() + '**' if i['kind'] != 'data' else 'data'} ({i['description']})"
                for n, i in (data.get("inputs") or {}).items()),
              "- verdicts: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())), "",
-             "## Claims", "", claims_table([Verdict(**v) for v in data["claims"]]), "", "## Cases", "",
+             "## Claims", "", claims_table([Verdict(**v) for v in data["claims"]])
+             or f"None encoded: {data['paper'].get('no_claims') or 'the recipe has none'}", "", "## Cases", "",
              "| experiment | case | metrics (median) | sanity | runs |", "|---|---|---|---|---|"]
     for c in cases:
         metrics = ", ".join(f"{k} {v:g}" for k, v in c["metrics"].items()) or (c["problem"] or "").splitlines()[0]
@@ -153,6 +157,41 @@ def plot(folder: Path, verdicts: Sequence[Verdict]) -> None:
     ax.legend()
     fig.tight_layout()
     fig.savefig(folder / "claims.png", dpi=110)
+    plt.close(fig)
+
+
+def plot_metrics(folder: Path, cases: Sequence[Case], units: dict[str, str], *, stand_in: bool = False) -> None:
+    """metrics.png: each metric of each experiment whose cases vary one number (a sweep), against that number."""
+    series: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
+    for c in cases:
+        numeric = {k: v for k, v in c.params.items() if isinstance(v, (int, float))}
+        if len(c.params) != 1 or len(numeric) != 1:
+            continue
+        (key, x), = numeric.items()
+        for name, value in c.metrics.items():
+            series.setdefault((c.experiment, key, name), []).append((x, value))
+    series = {k: sorted(v) for k, v in series.items() if len(v) > 1}
+    if not series:
+        return
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, axes = plt.subplots(1, len(series), figsize=(4.2 * len(series), 3.6), squeeze=False)
+    for ax, ((exp, key, name), points) in zip(axes[0], series.items()):
+        ax.plot([x for x, _ in points], [y for _, y in points], marker="o")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel(key)
+        ax.set_ylabel(f"{name} ({units.get(name, '')})")
+        ax.set_title(exp, fontsize=10)
+    if stand_in:
+        fig.suptitle("on STAND-IN data (generated, not the paper's): the shape of the work, not its numbers",
+                     fontsize=9, color="#c0392b")
+    fig.tight_layout()
+    fig.savefig(folder / "metrics.png", dpi=110)
     plt.close(fig)
 
 

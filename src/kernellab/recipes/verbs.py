@@ -31,10 +31,10 @@ def check(name: str, *, target: str | None = None) -> str:
     """Validate the recipe, resolve its environment, check this machine: builds and fetches nothing."""
     recipe = read.load(name)
     spec, _ = builds.resolve_target(recipe, target)
-    notes = checks.check_host(recipe, gpus=gpu.host_gpus())
+    notes = checks.check_host(recipe, gpus=gpu.host_gpus(), cuda=spec.cuda is not None)
     unchecked = sources.check_patches(recipe)
     lines = [f"recipe {recipe.name}: {recipe.paper.title} ({recipe.paper.venue} {recipe.paper.year}) is valid",
-             f"  environment: target {spec.target} (CUDA {spec.cuda or 'none'}, torch {spec.torch or 'from base'}, "
+             f"  environment: target {spec.target} (CUDA {spec.cuda or 'none'}, torch {spec.torch or ('none' if spec.torch_variant == 'none' else 'from base')}, "
              f"archs {spec.arch_list or '-'})",
              "  sources: " + ", ".join(f"{s.name} {s.commit[:12]}" + (" (fetched)" if sources.fetched(s) else "")
                                        for s in recipe.sources),
@@ -43,7 +43,8 @@ def check(name: str, *, target: str | None = None) -> str:
              f"  steps: {', '.join(s.name for s in recipe.steps) or 'none'}",
              *(f"  input {i.name}: {i.description} ({_origin(i)})" for i in recipe.inputs),
              "  experiments: " + ", ".join(f"{e.name} ({len(e.cases())} cases x {e.repeats})" for e in recipe.experiments),
-             f"  claims: {len(recipe.claims)} ({sum(c.judge == 'ratio' for c in recipe.claims)} ratios)"]
+             f"  claims: {len(recipe.claims)} ({sum(c.judge == 'ratio' for c in recipe.claims)} ratios)"
+             + (f": {recipe.paper.no_claims}" if recipe.paper.no_claims else "")]
     if recipe.requirements.note:
         lines.append(f"  GPUs: {recipe.requirements.note}")
     lines += [f"  note: {n}" for n in notes]
@@ -65,7 +66,8 @@ def run(name: str, *, target: str | None = None, k: str | None = None, quick: bo
     chosen = experiments.select(recipe, k)
     eng = resolve_engine(engine).require()
     chosen_gpus = _chosen_gpus(gpu_index)
-    checks.check_host(recipe, gpus=chosen_gpus, run=gpu_mode is not False)
+    cuda = builds.resolve_target(recipe, target)[0].cuda is not None
+    checks.check_host(recipe, gpus=chosen_gpus, run=gpu_mode is not False, cuda=cuda)
     built = builds.build(recipe, target=target, wheelhouse=wheelhouse, engine=eng, out=out)
     out.write(f"image {built.tags[0]} ({'unchanged, not rebuilt' if built.cached else f'built in {built.seconds:.0f} s'})\n")
     env_ = built.env
