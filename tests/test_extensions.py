@@ -63,7 +63,7 @@ def test_a_symbol_no_source_defines_is_named_demangled_at_load(tmp_path: Path) -
 BUILD_ONE = """
 import json, sys
 from pathlib import Path
-from kernellab import extensions
+from kernellab.ops import extensions
 b = extensions.build("kl_test_cache", [Path(p) for p in sys.argv[1:]], cuda=False)
 print(json.dumps({"compiled": b.compiled, "dir": str(b.directory), "seconds": b.seconds}))
 """
@@ -105,7 +105,7 @@ FIXED = "int answer() {\n  return 42;\n}\n"
 BUILD_OR_FAIL = """
 import json, sys
 from pathlib import Path
-from kernellab import extensions
+from kernellab.ops import extensions
 from kernellab.errors import ExtensionError
 try:
     b = extensions.build(sys.argv[1], [Path(p) for p in sys.argv[2:]], cuda=False)

@@ -263,11 +263,12 @@ def test_base_image_with_pytorch_is_verified_and_never_reinstalled(cpu_image, lo
 INTERRUPTED_BUILD = """
 import dataclasses, sys
 sys.path.insert(0, "src")
-from kernellab import engine, images
-spec = images.resolve_request(target="cpu")
+from kernellab import engine
+from kernellab.image import builder
+spec = builder.resolve_request(target="cpu")
 spec = dataclasses.replace(spec, target=None, extra_apt=("cowsay",))
 print(spec.tag, flush=True)
-images.build(spec, lock_dir=__import__("pathlib").Path(sys.argv[1]), engine=engine.by_name("docker"))
+builder.build(spec, lock_dir=__import__("pathlib").Path(sys.argv[1]), engine=engine.by_name("docker"))
 """
 
 
