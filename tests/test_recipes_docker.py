@@ -157,14 +157,15 @@ def test_featgraph_builds_tvm_0_7_against_llvm_11_and_runs_its_cpu_benchmarks_on
     engine.select("docker")
     recipe = read.load("featgraph")
     built = build.build(recipe, engine=DOCKER, out=io.StringIO())
-    assert built.env.values["use_cuda"] == "OFF" and built.env.values["llvm_config"] == "/usr/bin/llvm-config-11"
+    assert built.env.values["use_cuda"] == "OFF" and "llvm-11" in built.env.values["llvm_config"]
     script = ("import tvm; from tvm import support; "
               "print('TVM', tvm.__version__, 'LLVM', support.libinfo()['LLVM_VERSION'])")
     argv = DOCKER.run_argv(built.image_id, ["bash", "-c", f"PYTHONPATH=/src/tvm/python python3 -c \"{script}\""],
                            user=(0, 0), network="none", init=False, shm_size=None)
     assert "TVM 0.7.0 LLVM 11.0.1" in proc.run(argv).stdout
-    pip = build.pip_added(built.image_id, DOCKER)
-    assert pip["numpy"].startswith("1.20.") and pip["scipy"].startswith("1.6."), "the packages of June 2021"
+    # Its pip layer (the target already has numpy 1.20.3 and attrs) resolved as of June 2021, as the committed lock has it.
+    committed = json.loads((recipe.folder / "locks" / "cpu-debian11.json").read_text())
+    assert build.pip_added(built.image_id, DOCKER) == committed["pip"] == {"decorator": "5.0.9", "scipy": "1.6.3"}
     out = io.StringIO()
     folder, verdicts, cases = verbs.run("featgraph", k="cpu", quick=True, gpu_mode=False,
                                         results=tmp_path / "results", engine=DOCKER, out=out)
