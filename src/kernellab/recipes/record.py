@@ -97,10 +97,10 @@ def summary(data: dict[str, Any]) -> str:
     counts: dict[str, int] = {}
     for v in data["claims"]:
         counts[v["verdict"]] = counts.get(v["verdict"], 0) + 1
+    clocks = data["machine"].get("clocks", {})
     lines = [f"# {data['recipe']}: {data['paper']['title']} ({data['paper']['venue']} {data['paper']['year']})", "",
-             f"- GPU: {g.get('name', 'none')} (driver {data['machine'].get('driver')}), SM clock at the start "
-             f"{data['machine'].get('clocks', {}).get('clocks.sm', '?')} (max "
-             f"{data['machine'].get('clocks', {}).get('clocks.max.sm', '?')})",
+             f"- GPU: {g['name']} (driver {data['machine'].get('driver')}), SM clock at the start "
+             f"{clocks.get('clocks.sm', '?')} (max {clocks.get('clocks.max.sm', '?')})" if g else "- GPU: none (a CPU run)",
              f"- image: `{data['image']['id'][:19]}` (target {data['image']['target']}, recipe hash "
              f"{data['image']['recipe_sha256'][:12]}), kernellab {str(data['machine'].get('kernellab_commit'))[:10]}"
              + (" with uncommitted changes" if data["machine"].get("kernellab_dirty") else ""),
@@ -113,7 +113,7 @@ def summary(data: dict[str, Any]) -> str:
              f"{sum(1 for c in cases if c['problem'])} failed",
              *(f"- input {n}: {'**' + i['kind'].upper() + '**' if i['kind'] != 'data' else 'data'} ({i['description']})"
                for n, i in (data.get("inputs") or {}).items()),
-             "- verdicts: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())), "",
+             "- verdicts: " + (", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "none"), "",
              "## Claims", "", claims_table([Verdict(**v) for v in data["claims"]])
              or f"None encoded: {data['paper'].get('no_claims') or 'the recipe has none'}", "", "## Cases", "",
              "| experiment | case | metrics (median) | sanity | runs |", "|---|---|---|---|---|"]
