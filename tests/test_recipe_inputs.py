@@ -235,7 +235,7 @@ def test_use_cuda_says_whether_the_target_has_cuda():
 
     m = load()
     facts = {"python": "/usr/bin/python3", "python_version": "3.9", "torch": "", "cxx11_abi": "", "cuda_home": "",
-             "llvm_config": "/usr/bin/llvm-config-11"}
+             "llvm_config": "/usr/bin/llvm-config-11", "cuda_stub": ""}
     assert values.values(resolve(m, target="cpu-debian11"), facts)["use_cuda"] == "OFF"
     assert values.values(resolve(m, target="cu112-debian11"), facts)["use_cuda"] == "ON"
 

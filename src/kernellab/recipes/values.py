@@ -31,6 +31,7 @@ KNOWN = {
     "cuda_home": "the CUDA toolkit's folder in the image",
     "use_cuda": "ON where the target has CUDA, else OFF (CMake style, as TVM's USE_CUDA)",
     "llvm_config": "the image's llvm-config (empty where it has none)",
+    "cuda_stub": "the toolkit's link-time libcuda.so stub, for CMake's CUDA_CUDA_LIB (empty where it has none)",
 }
 
 _PROBE = r"""
@@ -47,8 +48,15 @@ except Exception:
     pass
 found = shutil.which("llvm-config") or sorted(glob.glob("/usr/bin/llvm-config-*") + glob.glob("/usr/lib/llvm-*/bin/llvm-config"))[-1:]
 out["llvm_config"] = found if isinstance(found, str) else (found[0] if found else "")
+stubs = [p for home in (out["cuda_home"], "/usr/local/cuda", "/usr") if home
+         for p in glob.glob(home + "/lib*/stubs/libcuda.so") + glob.glob(home + "/lib/*-linux-gnu/stubs/libcuda.so")]
+out["cuda_stub"] = stubs[0] if stubs else ""
 print(json.dumps(out))
 """
+
+
+#: Raised whenever _PROBE learns a new fact, so that an image probed before is probed again.
+PROBE_VERSION = "v2"
 
 
 def archs(spec: Spec) -> tuple[str, ...]:
@@ -59,7 +67,7 @@ def archs(spec: Spec) -> tuple[str, ...]:
 
 def probe(image_id: str, eng: Engine) -> dict[str, str]:
     """What the image's Python says about itself (cached per image ID: an image never changes)."""
-    cache = cache_root() / "recipes" / "probes" / f"{image_id.replace(':', '-')}.json"
+    cache = cache_root() / "recipes" / "probes" / f"{PROBE_VERSION}-{image_id.replace(':', '-')}.json"
     if cache.is_file():
         return dict(json.loads(cache.read_text()))
     argv = eng.run_argv(image_id, ["-c", _PROBE], user=(0, 0), network="none", entrypoint="python3", init=False,
