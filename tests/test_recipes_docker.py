@@ -116,6 +116,20 @@ def test_a_recipe_run_judges_its_claims_and_writes_one_record(paper, tmp_path):
     assert (run / "metrics.csv").is_file() and (run / "claims.png").is_file()
 
 
+
+def test_a_run_of_an_image_another_cache_built_records_what_the_image_was_made_of(paper, tmp_path, monkeypatch):
+    """The image was built (by CI, another user, another KERNELLAB_CACHE): the run reads its record from it."""
+    root, commits = paper
+    folder = write_recipe(root / "r" / "fastop", commits)
+    build.build(read.load(str(folder)), engine=DOCKER, out=io.StringIO())
+    monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path / "another-cache"))
+    run, _, cases = verbs.run(str(folder), k="fastop", quick=True, gpu_mode=False, results=tmp_path / "results",
+                              engine=DOCKER, out=io.StringIO())
+    data = json.loads((run / "run.json").read_text())
+    assert cases and data["sources"]["fastop"]["commit"] == commits["paper"]
+    assert [p["reason"] for p in data["patches"]] == ["the test's stand-in for an arch flag"]
+
+
 @pytest.mark.full
 def test_bytetransformer_builds_for_sm80_and_sm90_in_a_cuda_image_ci_can_build(tmp_path, monkeypatch):
     """Builds cu124-debian (CUDA 12.4 from Debian, about 11 GB; reused when this session already has it) and then

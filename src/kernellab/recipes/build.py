@@ -149,7 +149,6 @@ def build(recipe: Recipe, *, target: str | None = None, upto: int | None = None,
                 steps.close()
         image_id = builder.read_iid(iid)
     if upto is None:
-        lock.keep_record(ctx, recipe.name)
         written = lock.write(recipe, locked_name, env.spec.digest, pip_added(image_id, eng))
         if written:
             out.write(f"locked the recipe's pip packages in {written} (commit it: later builds install exactly these)\n")
@@ -256,7 +255,7 @@ def dockerfile(recipe: Recipe, env: Environment, provenance: dict[str, Any], loc
         "kernellab.recipe-patches": json.dumps({p.file.name: p.sha256 for p in recipe.patches}, sort_keys=True),
         "org.opencontainers.image.title": recipe.paper.title, "org.opencontainers.image.url": recipe.paper.link,
     }
-    lines += ["", f"FROM {previous} AS final", "COPY recipe/ /recipe/", f"COPY {lock.RECORD} /etc/kernellab/recipe-lock.json",
+    lines += ["", f"FROM {previous} AS final", "COPY recipe/ /recipe/", f"COPY {lock.RECORD} {lock.IN_IMAGE}",
               "WORKDIR /src", "LABEL " + " \\\n      ".join(f"{k}={json.dumps(v)}" for k, v in labels.items())]
     return "\n".join(lines) + "\n"
 

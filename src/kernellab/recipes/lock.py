@@ -6,7 +6,7 @@ the default), refuse to build without a lock that fits the recipe's `pip` list (
 resolve afresh and rewrite the lock (`update`, `--update`). The target's own packages are the target's lock.
 The record of what one build was made of (sources and submodules at their commits, patches with their reasons,
 the values its commands used, its steps) is beside it: written into the build context, copied into the image as
-/etc/kernellab/recipe-lock.json (its sha256 a label), and kept as the last build's in the recipe's cache folder.
+/etc/kernellab/recipe-lock.json (its sha256 a label), which a run reads back from the image it runs.
 This module is the one reader and writer of both.
 """
 from __future__ import annotations
@@ -14,13 +14,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import shutil
 from pathlib import Path
 from typing import IO, Any, Literal
 
-from .. import shown
+from .. import proc, shown
+from ..engine import Engine
 from ..errors import RecipeError
-from . import values
 from .model import Recipe
 
 Mode = Literal["prefer", "strict", "update"]
@@ -103,16 +102,18 @@ def write_record(context: Path, record: dict[str, Any]) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def keep_record(context: Path, recipe: str) -> None:
-    """After a build that passed: its record is the recipe's last build's."""
-    shutil.copy(context / RECORD, values.context_dir(recipe) / RECORD)
+#: Where a recipe's image keeps its record (the only copy: a run reads it from the image it runs).
+IN_IMAGE = "/etc/kernellab/recipe-lock.json"
 
 
-def read_record(recipe: str) -> dict[str, Any]:
-    """What the recipe's last build on this machine was made of."""
-    path = values.context_dir(recipe) / RECORD
+def read_record(recipe: str, image_id: str, eng: Engine) -> dict[str, Any]:
+    """What the recipe's image was made of, read from the image itself (whatever cache built it)."""
+    argv = eng.run_argv(image_id, [IN_IMAGE], user=(0, 0), network="none", entrypoint="cat", init=False,
+                        shm_size=None)
+    r = proc.run(argv, check=False, timeout=120)
     try:
-        return dict(json.loads(path.read_text()))
-    except (OSError, ValueError) as e:
-        raise RecipeError(f"no record of recipe {recipe}'s last build ({path}: {e}); build it with "
-                          f"`invoke recipe build {recipe}`.") from None
+        return dict(json.loads(r.stdout))
+    except ValueError:
+        raise RecipeError(f"the image {image_id[:19]} of recipe {recipe} has no readable {IN_IMAGE} "
+                          f"({(r.stderr or r.stdout).strip()[-200:]}); rebuild it with `invoke recipe build {recipe} "
+                          f"--no-cache`.") from None

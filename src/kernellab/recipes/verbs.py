@@ -98,7 +98,7 @@ def _record(recipe: model.Recipe, folder: Path, cases: list[experiments.Case], b
     verdicts = claims.judge(recipe, cases, gpu_name=(about["gpu"] or {}).get("name"),
                             stand_ins=inputs.stand_ins(recipe, ready))
     labels = builds.verified_image(recipe, built.image_id, eng)
-    made_of = lock.read_record(recipe.name)
+    made_of = lock.read_record(recipe.name, built.image_id, eng)
     provenance = {
         "recipe": recipe.name, "paper": vars(recipe.paper), "quick": quick, "select": k,
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "argv": sys.argv, "machine": about, "engine": eng.name,
