@@ -206,6 +206,13 @@ class Engine:
         of a multi-stage Dockerfile to build (default: the last)."""
         raise NotImplementedError
 
+    def probe_argv(self, image: str, command: Sequence[str], *, entrypoint: str,
+                   mounts: Sequence[str] = ()) -> list[str]:
+        """A throwaway container that reads a fact out of an image: no network, no init, as root (a file, a
+        package list, what its Python says)."""
+        return self.run_argv(image, command, user=(0, 0), network="none", entrypoint=entrypoint, mounts=mounts,
+                             init=False, shm_size=None)
+
     def run_argv(self, image: str, command: Sequence[str] = (), *, user: tuple[int, int], mounts: Sequence[str] = (),
                  env: dict[str, str] | None = None, pass_env: Sequence[str] = (), workdir: str | None = None,
                  network: str | None = None, name: str | None = None, interactive: bool = False, tty: bool = False,

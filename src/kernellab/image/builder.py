@@ -53,7 +53,7 @@ def probe_base(image: str, engine: Engine | None = None) -> BaseFacts:
         return BaseFacts(*json.loads(cached.read_text()))
     code = ("import json, platform\ntry:\n import torch; t, c = torch.__version__, torch.version.cuda\n"
             "except Exception:\n t = c = None\nprint(json.dumps([platform.python_version(), t, c]))")
-    r = proc.run(_plain_run(eng, image, ["-c", code], entrypoint="python3"), check=False)
+    r = proc.run(eng.probe_argv(image, ["-c", code], entrypoint="python3"), check=False)
     if not r.ok:
         raise ResolveError(f"base image `{image}` has no working python3 ({r.stderr.strip()[-200:]}); "
                            f"kernellab needs python3 with torch in a --base-image.")
@@ -64,13 +64,6 @@ def probe_base(image: str, engine: Engine | None = None) -> BaseFacts:
 
 
 # --------------------------------------------------------------------------- resolving what to build
-
-def _plain_run(eng: Engine, image: str, command: list[str], *, entrypoint: str, mounts: tuple[str, ...] = ()
-               ) -> list[str]:
-    """A throwaway container with no network, as the engine's default user: for probing images."""
-    return eng.run_argv(image, command, user=(0, 0), network="none", entrypoint=entrypoint, mounts=mounts,
-                        init=False, shm_size=None)
-
 
 def resolve_request(*, target: str | None = None, base_image: str | None = None, matrix: Matrix | None = None,
                     engine: Engine | None = None, **flags: Any) -> Spec:
@@ -271,7 +264,7 @@ def _build(spec: Spec, matrix: Matrix, lock: dict[str, Any] | None, base_ref: st
 
 def debian_packages(eng: Engine, image: str) -> dict[str, str]:
     """The Debian packages in an image, {name: version}; {} when it has no dpkg."""
-    r = proc.run(_plain_run(eng, image, ["-W", "-f", debian.DPKG_FORMAT], entrypoint="dpkg-query"), check=False)
+    r = proc.run(eng.probe_argv(image, ["-W", "-f", debian.DPKG_FORMAT], entrypoint="dpkg-query"), check=False)
     return debian.parse_packages(r.stdout.splitlines()) if r.ok else {}
 
 
@@ -284,8 +277,8 @@ def read_iid(iidfile: Path) -> str:
 def _envinfo(eng: Engine, image: str) -> dict[str, Any]:
     """Describe the built image from inside (its venv's python, else python3)."""
     for python in ("python", "python3"):
-        r = proc.run(_plain_run(eng, image, ["/tmp/kl-envinfo.py"], entrypoint=python,
-                                mounts=(f"{ENVINFO}:/tmp/kl-envinfo.py:ro",)), check=False)
+        r = proc.run(eng.probe_argv(image, ["/tmp/kl-envinfo.py"], entrypoint=python,
+                                    mounts=(f"{ENVINFO}:/tmp/kl-envinfo.py:ro",)), check=False)
         if r.ok:
             return json.loads(r.stdout)
     raise BuildError(f"the image was built but its Python could not describe it (for the lock): {r.stderr.strip()[-300:]}")

@@ -218,7 +218,7 @@ def as_of(recipe: Recipe, env: Environment) -> str | None:
 
 def pip_added(image: str, eng: Engine) -> dict[str, str]:
     """What the recipe's pip layer added to the target's packages (read from the image)."""
-    argv = eng.run_argv(image, [lock.ADDED], user=(0, 0), network="none", entrypoint="cat", init=False, shm_size=None)
+    argv = eng.probe_argv(image, [lock.ADDED], entrypoint="cat")
     r = proc.run(argv, check=False, timeout=120)
     return lock.parse_added(r.stdout) if r.ok else {}
 

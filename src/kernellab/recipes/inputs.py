@@ -141,15 +141,21 @@ def _in_image(command: str, mounts: list[str], *, image: str, run: Runner, log: 
         raise RecipeError(f"{what} failed (exit code {code}); full log: {log}. Last lines:\n{tail}")
 
 
+def _partial(final: Path) -> Path:
+    """An empty folder beside `final` to make it in (what an interrupted run left there is dropped)."""
+    partial = final.with_name(final.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    partial.chmod(0o777)  # the command runs as the caller, in a container
+    return partial
+
+
 def _made(recipe: Recipe, inp: Input, kind: str, command: str, description: str, *, image: str, run: Runner,
           out: IO[str]) -> Ready:
     final = root(recipe.name) / inp.name / f"{kind.replace(' ', '-')}-{_key(recipe, command)}"
     about = _ready(final)
     if about is None:
-        partial = final.with_name(final.name + ".partial")
-        shutil.rmtree(partial, ignore_errors=True)
-        partial.mkdir(parents=True)
-        partial.chmod(0o777)  # the command runs as the caller, in a container
+        partial = _partial(final)
         out.write(f"input {inp.name}: making the {kind} ({description}) ...\n")
         out.flush()
         start = time.monotonic()
@@ -202,10 +208,7 @@ def _fetched(recipe: Recipe, inp: Input, *, image: str, run: Runner, out: IO[str
         out.write(f"input {inp.name}: recorded sha256 {sha[:16]}... in {shown(_record(recipe, inp, sha, size))} "
                   f"(commit it: later downloads must match)\n")
     final = root(recipe.name) / inp.name / f"data-{sha[:16]}"
-    partial = final.with_name(final.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    partial.chmod(0o777)
+    partial = _partial(final)
     if inp.prepare:
         _in_image(inp.prepare, [f"{partial}:/out", f"{downloads}:/download:ro"], image=image, run=run,
                   log=final.with_name(final.name + ".log"), what=f"preparing input {inp.name} ({inp.prepare})")

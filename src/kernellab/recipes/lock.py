@@ -108,8 +108,7 @@ IN_IMAGE = "/etc/kernellab/recipe-lock.json"
 
 def read_record(recipe: str, image_id: str, eng: Engine) -> dict[str, Any]:
     """What the recipe's image was made of, read from the image itself (whatever cache built it)."""
-    argv = eng.run_argv(image_id, [IN_IMAGE], user=(0, 0), network="none", entrypoint="cat", init=False,
-                        shm_size=None)
+    argv = eng.probe_argv(image_id, [IN_IMAGE], entrypoint="cat")
     r = proc.run(argv, check=False, timeout=120)
     try:
         return dict(json.loads(r.stdout))

@@ -70,8 +70,7 @@ def probe(image_id: str, eng: Engine) -> dict[str, str]:
     cache = cache_root() / "recipes" / "probes" / f"{PROBE_VERSION}-{image_id.replace(':', '-')}.json"
     if cache.is_file():
         return dict(json.loads(cache.read_text()))
-    argv = eng.run_argv(image_id, ["-c", _PROBE], user=(0, 0), network="none", entrypoint="python3", init=False,
-                        shm_size=None)
+    argv = eng.probe_argv(image_id, ["-c", _PROBE], entrypoint="python3")
     r = proc.run(argv, check=False, timeout=300)
     if not r.ok:
         raise RecipeError(f"the image {image_id[:19]} has no working python3 for the recipe's values "

@@ -52,9 +52,12 @@ def check(name: str, *, target: str | None = None) -> str:
 
 
 def _origin(i: model.Input) -> str:
-    where = f"from {i.url}" + (f", {i.size_gb:g} GB" if i.size_gb else "") if i.url else "generated"
-    more = [f"stand-in: {v.description}" for v in (i.stand_in,) if v] + [f"--quick: {v.description}" for v in (i.quick,) if v]
-    return "; ".join([where, *more])
+    parts = [f"from {i.url}" + (f", {i.size_gb:g} GB" if i.size_gb else "") if i.url else "generated"]
+    if i.stand_in:
+        parts.append(f"stand-in: {i.stand_in.description}")
+    if i.quick:
+        parts.append(f"--quick: {i.quick.description}")
+    return "; ".join(parts)
 
 
 def run(name: str, *, target: str | None = None, k: str | None = None, quick: bool = False, stand_in: bool = False,
@@ -66,12 +69,13 @@ def run(name: str, *, target: str | None = None, k: str | None = None, quick: bo
     chosen = experiments.select(recipe, k)
     eng = resolve_engine(engine).require()
     chosen_gpus = _chosen_gpus(gpu_index)
-    cuda = builds.resolve_target(recipe, target)[0].cuda is not None
-    checks.check_host(recipe, gpus=chosen_gpus, run=gpu_mode is not False, cuda=cuda)
+    # Before the build (which may take minutes): what this target can run, and whether this machine can.
+    spec, _ = builds.resolve_target(recipe, target)
+    chosen = experiments.runnable(chosen, cuda=spec.cuda, target=spec.target, recipe=recipe, out=out)
+    checks.check_host(recipe, gpus=chosen_gpus, run=gpu_mode is not False, cuda=spec.cuda is not None)
     built = builds.build(recipe, target=target, wheelhouse=wheelhouse, engine=eng, out=out)
     out.write(f"image {built.tags[0]} ({'unchanged, not rebuilt' if built.cached else f'built in {built.seconds:.0f} s'})\n")
     env_ = built.env
-    chosen = experiments.runnable(chosen, cuda=env_.spec.cuda, target=env_.spec.target, recipe=recipe, out=out)
 
     def plain(image: str, argv: list[str], *, out: IO[str], mounts: tuple[str, ...]) -> int:
         return runner_module.run(image, argv, gpu=False, out=out, mounts=mounts, engine=eng)
