@@ -162,7 +162,8 @@ def test_featgraph_builds_tvm_0_7_against_llvm_11_and_runs_its_cpu_benchmarks_on
                                                                                                     monkeypatch):
     """cpu-debian11 (Debian 11, about 1.2 GB), FeatGraph and TVM v0.7.0 with its four submodules through the
     papers' mirror, TVM compiled against LLVM 11 (about 11 minutes on 2 cores), then what `invoke recipe run
-    featgraph -k cpu --quick` does: SpMM and SDDMM at feature lengths 32-512 on the small generated stand-in."""
+    featgraph -k cpu --quick` does: FeatGraph's own tests, then SpMM and SDDMM at feature lengths 32-512 on the small
+    generated stand-in."""
     from kernellab import proc
     from recipe_fixtures import use_paper_mirror
 
@@ -183,14 +184,17 @@ def test_featgraph_builds_tvm_0_7_against_llvm_11_and_runs_its_cpu_benchmarks_on
     out = io.StringIO()
     folder, verdicts, cases = verbs.run("featgraph", k="cpu", quick=True, gpu_mode=False,
                                         results=tmp_path / "results", engine=DOCKER, out=out)
-    assert [(c.experiment, c.params["feat_len"]) for c in cases] == \
+    # FeatGraph's own tests first (its modules against scipy: the timings below are of right answers), then the sweeps.
+    tests, *sweeps = cases
+    assert (tests.experiment, tests.problem, tests.metrics["passed"], tests.sane) == ("tests-cpu", None, 4.0, True)
+    assert [(c.experiment, c.params["feat_len"]) for c in sweeps] == \
         [(e, f) for e in ("spmm-cpu", "sddmm-cpu") for f in (32, 64, 128, 256, 512)]
-    assert all(c.problem is None and c.metrics["best_s"] > 0 for c in cases), [c.problem for c in cases if c.problem]
-    assert verdicts == [] and "not run here: spmm-gpu, sddmm-gpu" not in out.getvalue()  # -k cpu chose none of them
+    assert all(c.problem is None and c.metrics["best_s"] > 0 for c in sweeps), [c.problem for c in cases if c.problem]
+    assert verdicts == [] and "not run here:" not in out.getvalue()  # -k cpu chose no GPU experiment
     data = json.loads((folder / "run.json").read_text())
     assert data["inputs"]["reddit"]["kind"] == "quick stand-in"
     assert "**QUICK STAND-IN**" in (folder / "summary.md").read_text() and (folder / "metrics.png").is_file()
-    with pytest.raises(RecipeError, match="spmm-gpu, sddmm-gpu need CUDA, and target cpu-debian11 has none"):
+    with pytest.raises(RecipeError, match="tests-gpu, spmm-gpu, sddmm-gpu need CUDA, and target cpu-debian11 has none"):
         verbs.run("featgraph", k="gpu", quick=True, gpu_mode=False, results=tmp_path / "results", engine=DOCKER,
                   out=io.StringIO())
 
