@@ -14,7 +14,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
 
-from .experiments import Case
+from .experiments import Case, sanity_value
 from .model import Claim, Recipe
 
 REPRODUCED, WITHIN, NOT_REPRODUCED, NOT_RUN = "reproduced", "within tolerance", "not reproduced", "not run"
@@ -69,7 +69,7 @@ def _insane(case: Case) -> str | None:
     bad = [s for s in case.sanity if not s["ok"]]
     if not bad:
         return None
-    return "sanity failed in " + "; ".join(f"{case.experiment}: {s['name']} = {s['value']} (must be {s['bound']})"
+    return "sanity failed in " + "; ".join(f"{case.experiment}: {s['name']} = {sanity_value(s)} (must be {s['bound']})"
                                            for s in bad)
 
 

@@ -92,6 +92,11 @@ def extract(pattern: str, output: str, reduce: str = "last") -> float | None:
     return min(found) if reduce == "min" else max(found) if reduce == "max" else found[-1]
 
 
+def sanity_value(check: dict[str, Any]) -> str:
+    """A sanity check's value as records show it: `0`, not `0.0`; `not printed` when the output had none."""
+    return "not printed" if check["value"] is None else f"{check['value']:g}"
+
+
 def check_sanity(checks: tuple[Sanity, ...], output: str) -> list[dict[str, Any]]:
     result = []
     for s in checks:
@@ -187,7 +192,7 @@ def run_all(experiments: list[Experiment], vals: dict[str, Any], *, image: str, 
             out.write(f"FAILED\n  {case.problem}\n")
         else:
             sane = "" if case.sane else "  (sanity FAILED: " + "; ".join(
-                f"{s['name']} {s['value']} not {s['bound']}" for s in case.sanity if not s["ok"]) + ")"
+                f"{s['name']} {sanity_value(s)} not {s['bound']}" for s in case.sanity if not s["ok"]) + ")"
             out.write(", ".join(f"{k} {v:g}{_unit(exp, k)}" for k, v in case.metrics.items()) + sane + "\n")
         cases.append(case)
     return cases

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 from .. import ROOT, gpu, proc
 from ..errors import RecipeError
 from .claims import Verdict
-from .experiments import Case
+from .experiments import Case, sanity_value
 
 RESULTS = ROOT / "results" / "recipes"
 FORMAT = "kernellab-recipe-run/1"
@@ -119,7 +119,7 @@ def summary(data: dict[str, Any]) -> str:
              "| experiment | case | metrics (median) | sanity | runs |", "|---|---|---|---|---|"]
     for c in cases:
         metrics = ", ".join(f"{k} {v:g}" for k, v in c["metrics"].items()) or (c["problem"] or "").splitlines()[0]
-        sanity = "; ".join(f"{s['name']} {s['value']} ({'ok' if s['ok'] else 'FAILED'}, {s['bound']})"
+        sanity = "; ".join(f"{s['name']} {sanity_value(s)} ({'ok' if s['ok'] else 'FAILED'}, {s['bound']})"
                            for s in c["sanity"]) or "-"
         params = " ".join(f"{k}={v}" for k, v in c["params"].items())
         lines.append(f"| {c['experiment']} | {params} | {metrics} | {sanity} | {len(c['runs'])} |")
