@@ -109,10 +109,12 @@ def test_a_recipe_run_judges_its_claims_and_writes_one_record(paper, tmp_path):
     data = json.loads((run / "run.json").read_text())
     assert data["sources"]["fastop"]["submodules"] == {"third/helper": commits["helper"]}
     assert data["image"]["recipe_sha256"] and data["machine"]["kernellab_commit"]
+    assert (data["planned"], data["stopped_early"]) == (4, False)
     assert all(r["exit_code"] == 0 for c in data["cases"] for r in c["runs"]) and len(data["cases"][0]["runs"]) == 2
     assert (run / "raw/fastop/fastop-n10-r1.txt").read_text() == "max diff: 0.001\ntime: 20 ms\n"
     summary = (run / "summary.md").read_text()
     assert "| n10 speedup | 5x (table 1) | 5x | **reproduced** |" in summary
+    assert "; 4 cases, 6 commands, 0 failed" in summary and "STOPPED EARLY" not in summary
     assert (run / "metrics.csv").is_file() and (run / "claims.png").is_file()
 
 
@@ -236,6 +238,10 @@ def test_ctrl_c_midway_keeps_what_ran_in_the_record(paper, tmp_path):
     data = json.loads((run / "run.json").read_text())
     assert [c["params"] for c in data["cases"]] == [{"n": 10}] and data["cases"][0]["metrics"] == {"time_ms": 20.0}
     assert [v["verdict"] for v in data["claims"]] == ["not run", "not run"]  # no baseline ran
+    # ... and the record says the run stopped early, and after how many of its cases.
+    planned = sum(len(e.cases(False)) for e in read.load(str(folder)).experiments)
+    assert (data["stopped_early"], data["planned"]) == (True, planned) and planned > 1
+    assert f"1 of {planned} cases (**STOPPED EARLY**" in (run / "summary.md").read_text()
 
 
 def test_a_shell_before_a_step_has_the_state_the_step_finds_and_the_patched_sources(paper):

@@ -109,7 +109,7 @@ def summary(data: dict[str, Any]) -> str:
                                        for k, v in data["sources"].items()),
              "- patches" + (", in order" if isinstance(data.get("patches"), list) else "") + ": " + ("; ".join(f"{p['file']} ({p['reason']})" for p in _patches(data)) or "none"),
              f"- {'quick run (one repeat, the quick grid)' if data.get('quick') else 'full run'}; "
-             f"{len(cases)} cases, {sum(len(c['runs']) for c in cases)} commands, "
+             + _how_far(data, len(cases)) + f", {sum(len(c['runs']) for c in cases)} commands, "
              f"{sum(1 for c in cases if c['problem'])} failed",
              *(f"- input {n}: {'**' + i['kind'].upper() + '**' if i['kind'] != 'data' else 'data'} ({i['description']})"
                for n, i in (data.get("inputs") or {}).items()),
@@ -130,6 +130,13 @@ def _patches(data: dict[str, Any]) -> list[dict[str, Any]]:
     """The patches in the order applied (runs before 2026-11-24 kept them as a dict by file name)."""
     patches = data.get("patches") or []
     return [{"file": k, **v} for k, v in patches.items()] if isinstance(patches, dict) else list(patches)
+
+
+def _how_far(data: dict[str, Any], ran: int) -> str:
+    """`11 cases`; for a run that stopped before its end (Ctrl-C, an engine error), `3 of 5 cases` and says so."""
+    if not data.get("stopped_early"):
+        return f"{ran} cases"
+    return f"{ran} of {data.get('planned', '?')} cases (**STOPPED EARLY**, interrupted: the cases that ran are kept)"
 
 
 def plot(folder: Path, verdicts: Sequence[Verdict]) -> None:
