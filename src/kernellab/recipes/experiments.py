@@ -174,13 +174,18 @@ def container_runner(gpu: bool | str = True, gpu_index: str | None = None,
     return run
 
 
+def planned(experiments: list[Experiment], quick: bool) -> list[tuple[Experiment, dict[str, Any]]]:
+    """Every case a run of these experiments runs, in order (--quick: their quick grids)."""
+    return [(e, p) for e in experiments for p in e.cases(quick)]
+
+
 def run_all(experiments: list[Experiment], vals: dict[str, Any], *, image: str, raw: Path, quick: bool,
             runner: Callable[..., int], out: IO[str], cases: list[Case] | None = None,
             mounts: Callable[[Experiment], tuple[str, ...]] = lambda e: ()) -> list[Case]:
     """Every case of the experiments (--quick: their quick grids, one repeat), in order; a failed case is
     recorded with why and the next one runs. Each case is appended to `cases` as it ends, so a caller
     interrupted midway (Ctrl-C) still has what ran."""
-    plan = [(e, p) for e in experiments for p in e.cases(quick)]
+    plan = planned(experiments, quick)
     cases = [] if cases is None else cases
     for i, (exp, params) in enumerate(plan, 1):
         repeats = 1 if quick else exp.repeats

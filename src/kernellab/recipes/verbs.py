@@ -86,21 +86,19 @@ def run(name: str, *, target: str | None = None, k: str | None = None, quick: bo
     gpu_name = (about["gpu"] or {}).get("name")
     folder = record.run_folder(recipe.name, gpu_name, results)
     cases: list[experiments.Case] = []
-    planned, stopped = sum(len(e.cases(quick)) for e in chosen), True
     try:
         experiments.run_all(chosen, env_.values, image=built.image_id, raw=folder / "raw", quick=quick,
                             runner=runner or experiments.container_runner(gpu_mode, gpu_index, eng), out=out,
                             cases=cases, mounts=lambda e: inputs.mounts(ready, e))
-        stopped = False
     finally:  # interrupted or not, what ran is recorded (claims whose cases did not run say so), and how far it got
         verdicts = _record(recipe, folder, cases, built, about, ready, k=k, quick=quick, eng=eng,
-                           planned=planned, stopped=stopped)
+                           planned=len(experiments.planned(chosen, quick)))
     return folder, verdicts, cases
 
 
 def _record(recipe: model.Recipe, folder: Path, cases: list[experiments.Case], built: builds.Built,
             about: dict[str, Any], ready: dict[str, inputs.Ready], *, k: str | None, quick: bool,
-            eng: Engine, planned: int, stopped: bool) -> list[claims.Verdict]:
+            eng: Engine, planned: int) -> list[claims.Verdict]:
     env_ = built.env
     verdicts = claims.judge(recipe, cases, gpu_name=(about["gpu"] or {}).get("name"),
                             stand_ins=inputs.stand_ins(recipe, ready))
@@ -108,7 +106,7 @@ def _record(recipe: model.Recipe, folder: Path, cases: list[experiments.Case], b
     made_of = lock.read_record(recipe.name, built.image_id, eng)
     provenance = {
         "recipe": recipe.name, "paper": vars(recipe.paper), "quick": quick, "select": k, "planned": planned,
-        "stopped_early": stopped,
+        "stopped_early": len(cases) < planned,  # every planned case is recorded, failed or not, unless the run stopped
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "argv": sys.argv, "machine": about, "engine": eng.name,
         "image": {"id": built.image_id, "tag": built.tags[0], "target": env_.spec.target, "base_id": env_.base_id,
                   "base_lock_sha256": eng.labels(env_.base).get("kernellab.lock-sha256"),
