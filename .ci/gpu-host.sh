@@ -3,7 +3,8 @@
 # bundle in .gpu-host/ (dockerbins.tar.xz and start-docker.sh, from the lab's GPU-host kit), install carried wheels (.whl/),
 # then exercise kernellab the way a user would. Logs go to $OUT (or ./gpu-host-logs).
 #   bash .ci/gpu-host.sh [doctor] [shell] [test] [native] [bench] [recipe-build] [recipe-run]
-#   (default: the first five; the recipe steps need the papers' git mirror copied to .device/vendor/git)
+#   (default: the first five; recipe-build and recipe-run build and run the demo recipe, recipes/demo, whose
+#   sources are its own folders: its CUDA half runs here)
 set -uo pipefail
 out=${OUT:-gpu-host-logs}; mkdir -p "$out"
 steps=${*:-doctor shell test native bench}
@@ -46,18 +47,16 @@ for step in $steps; do
               [ -n "$log" ] && { cp "$log" "$out/build-failure.log"; grep -iE "error|fatal" "$log" | head -n 10; }
             fi ;;
     native) inv test --native 2>&1 | tee "$out/test-native.txt" | tail -n 8; [ "${PIPESTATUS[0]}" = 0 ] || rc=1 ;;
-    recipe-build)  # the sources through the mirror, as a site with an internal git mirror has them
-            export GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=url.$PWD/.device/vendor/git/.insteadOf GIT_CONFIG_VALUE_0=https://github.com/
+    recipe-build)
             inv build-image --target gpuhost > "$out/build.txt" 2>&1 || { rc=1; tail -n 20 "$out/build.txt"; }
-            s=$(date +%s%N); inv recipe build bytetransformer --target gpuhost > "$out/recipe-build.txt" 2>&1 || rc=1
+            s=$(date +%s%N); inv recipe build demo --target gpuhost > "$out/recipe-build.txt" 2>&1 || rc=1
             echo "cold recipe build: $(( ($(date +%s%N) - s) / 1000000 )) ms"; tail -n 25 "$out/recipe-build.txt"
-            s=$(date +%s%N); inv recipe build bytetransformer --target gpuhost 2>&1 | tail -n 2
+            s=$(date +%s%N); inv recipe build demo --target gpuhost 2>&1 | tail -n 2
             echo "unchanged recipe build: $(( ($(date +%s%N) - s) / 1000000 )) ms" ;;
     recipe-run)
-            export GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=url.$PWD/.device/vendor/git/.insteadOf GIT_CONFIG_VALUE_0=https://github.com/
-            inv recipe run bytetransformer --target gpuhost --gpu-mode devices ${RECIPE_FLAGS:-} 2>&1 \
+            inv recipe run demo --target gpuhost --gpu-mode devices ${RECIPE_FLAGS:-} 2>&1 \
               | tee "$out/recipe-run.txt" | tail -n 45; [ "${PIPESTATUS[0]}" = 0 ] || rc=1
-            mkdir -p "$out/recipes" && cp -r results/recipes/bytetransformer "$out/recipes/" ;;
+            mkdir -p "$out/recipes" && cp -r results/recipes/demo "$out/recipes/" ;;
     bench)  inv bench --target gpuhost --quick --out results/gpuhost-quick 2>&1 | tee "$out/bench.txt" | tail -n 60
             [ "${PIPESTATUS[0]}" = 0 ] || rc=1
             cp results/gpuhost-quick/summary.md "$out/bench-summary.md" 2>/dev/null ;;

@@ -4,10 +4,10 @@ Targets (issue 24): check at most 2 s, an unchanged build at most 5 s. Each is t
 user types it (`python -m invoke recipe ...`: interpreter start-up included), the median of --repeat runs; the
 cold build (--cold: every step again with --no-cache, the target's image and the fetched sources kept) once.
 
-    python benchmarks/recipes.py [--recipe bytetransformer] [--target NAME] [--cold] [--repeat 5] [--json FILE]
+    python benchmarks/recipes.py [--recipe demo] [--target NAME] [--cold] [--repeat 5] [--json FILE]
 
-Sources come through git's configuration: point it at a mirror first where GitHub is out of reach
-(docs/recipes.md, "Sources on an isolated machine").
+A recipe whose sources are URLs fetches them through git's configuration: point it at a mirror first where the
+host is out of reach (docs/recipes.md, "Sources on an isolated machine"). The demo's sources are its own folders.
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def invoke(*args: str) -> float:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--recipe", default="bytetransformer")
+    p.add_argument("--recipe", default="demo")
     p.add_argument("--target", default=None)
     p.add_argument("--cold", action="store_true", help="also time a build of every step (--no-cache)")
     p.add_argument("--repeat", type=int, default=5)

@@ -169,32 +169,3 @@ def make_wheel(folder: Path, name: str, version: str) -> Path:
         for path, text in files.items():
             z.writestr(path, text)
     return wheel
-
-
-def paper_mirror() -> Path | None:
-    """The git mirror of the papers' pinned sources (`../shared/vendor/git` beside the checkout, or
-    KERNELLAB_PAPER_MIRROR), or None."""
-    import os
-
-    here = Path(__file__).resolve().parents[1]
-    for candidate in (os.environ.get("KERNELLAB_PAPER_MIRROR"), here.parent / "shared/vendor/git",
-                      Path("/work/shared/vendor/git")):
-        if candidate and (Path(candidate) / "bytedance/ByteTransformer.git").is_dir():
-            return Path(candidate)
-    return None
-
-
-def use_paper_mirror(monkeypatch) -> Path:
-    """git reaches github.com through the papers' mirror; no mirror: a skip, or a failure where
-    KERNELLAB_REQUIRE_MIRROR=1 (CI)."""
-    from conftest import _require
-
-    mirror = paper_mirror()
-    _require("mirror", None if mirror else "needs the papers' git mirror (../shared/vendor/git, or set "
-             "KERNELLAB_PAPER_MIRROR to a folder of bare repositories named like github.com's)",
-             "KERNELLAB_REQUIRE_MIRROR")
-    assert mirror is not None
-    monkeypatch.setenv("GIT_CONFIG_COUNT", "1")
-    monkeypatch.setenv("GIT_CONFIG_KEY_0", f"url.{mirror}/.insteadOf")
-    monkeypatch.setenv("GIT_CONFIG_VALUE_0", "https://github.com/")
-    return mirror

@@ -1,7 +1,7 @@
 """Paper-era targets built for real, from Debian's archive and PyPI (no registry): Debian 11 with CUDA 11.2 and
 PyTorch 1.13.1, CUDA 11.8 with PyTorch 2.0.1, Debian 11 on CPU with LLVM 11 as a library. Their packages
 resolve as of each target's day; an op from kernels/ compiles in each CUDA one for sm_80 and loads in its torch;
-a --locked rebuild installs the same pip freeze; ByteTransformer's recipe builds in the CUDA 11.8 one.
+a --locked rebuild installs the same pip freeze; the demo recipe's CUDA half builds in the CUDA 11.8 one.
 
 Tier `full` (`make test-full`): each builds an image of its own (cu112-debian11 about 8 GB, cu118-debian about
 9 GB), removed again at the end when this session made it. Locks go to temporary folders.
@@ -20,7 +20,6 @@ from kernellab import engine, proc
 from kernellab.container import runner
 from kernellab.image import builder, network
 from kernellab.recipes import build, read
-from recipe_fixtures import use_paper_mirror
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.full]
 DOCKER = engine.by_name("docker")
@@ -110,17 +109,14 @@ def test_cuda_11_8_from_debian_carries_pypis_torch_2_0_1_and_its_ops_load(made_h
     result = json.loads(out.split("RESULT ", 1)[1].splitlines()[0])
     assert result["torch"].startswith("2.0.1") and result["torch_cuda"] == "11.7" and "release 11.8" in result["nvcc"]
     assert "sm_80" in result["cubins"]
-    # ByteTransformer's recipe builds here too (compile only; its CMake finds libcuda as the toolkit's stub, {cuda_stub}).
-    use_paper_mirror(monkeypatch)
-    recipe = read.load("bytetransformer")
-    bt = build.build(recipe, target="cu118-debian", engine=DOCKER, out=io.StringIO())
-    made_here.append(bt.image_id)
-    assert bt.env.values["cuda_archs"] == "80" and bt.env.values["cuda_stub"].endswith("stubs/libcuda.so")
-    argv = DOCKER.run_argv(bt.image_id, ["cuobjdump", "--list-elf", "/src/build/lib/libbytetransformer.so"],
+    # The demo recipe's CUDA half builds here too ({use_cuda} ON, nvcc 11.8 for the target's archs, {gencode}).
+    recipe = read.load("demo")
+    demo = build.build(recipe, target="cu118-debian", engine=DOCKER, out=io.StringIO())
+    made_here.append(demo.image_id)
+    assert demo.env.values["use_cuda"] == "ON" and "arch=compute_80" in demo.env.values["gencode"]
+    argv = DOCKER.run_argv(demo.image_id, ["cuobjdump", "--list-elf", "/src/build/transpose_cuda"],
                            user=(0, 0), network="none", init=False, shm_size=None)
     assert "sm_80" in proc.run(argv).stdout
-    committed = json.loads((recipe.folder / "locks" / "cu118-debian.json").read_text())
-    assert build.pip_added(bt.image_id, DOCKER) == committed["pip"], "CMake as of the target's day, as locked"
 
 
 def test_debian_11_on_cpu_has_llvm_11_as_a_library_and_the_packages_of_mid_2021(docker_client, tmp_path,

@@ -24,7 +24,7 @@ def paper(tmp_path, monkeypatch):
 
 
 def test_every_shipped_recipe_reads_and_names_its_claims_baselines():
-    assert "bytetransformer" in read.names()
+    assert "demo" in read.names()
     for name in read.names():
         r = read.load(name)
         assert r.sources and r.experiments and (r.claims or r.paper.no_claims)
@@ -32,18 +32,30 @@ def test_every_shipped_recipe_reads_and_names_its_claims_baselines():
             assert c.judge == "absolute" or r.experiment(c.baseline).metric(c.metric)
 
 
-def test_bytetransformer_pins_the_papers_commits_and_its_grid():
-    r = read.load("bytetransformer")
-    assert r.sources[0].commit.startswith("44c66ae8") and r.sources[0].submodules["3rdparty/cutlass"].startswith("319a389f")
-    cases = r.experiment("bytetransformer").cases()
-    assert [(c["batch"], c["seqlen"], c["avg_seqlen"]) for c in cases][:3] == [(1, 128, 76), (1, 512, 307), (1, 1024, 614)]
-    assert len(cases) == 6 and len(r.experiment("bytetransformer").cases(quick=True)) == 1
-    assert all(p.reason for p in r.patches)
+def test_every_shipped_recipe_builds_only_code_of_its_own_pinned_at_its_files_commit(tmp_path, monkeypatch):
+    """kernellab ships no recipe that fetches or builds code from outside the repository: every source of a
+    shipped recipe is a folder beside its recipe.toml, and its pin is the commit those files make today."""
+    monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path))
+    for name in read.names():
+        r = read.load(name)
+        for s in r.sources:
+            assert s.folder is not None and s.url == "" and s.folder.is_relative_to(r.folder), (name, s.name)
+            assert sources.folder_commit(s.folder) == s.commit, f"{name}: pin {s.name} again (`invoke recipe check`)"
+        assert sources.check_patches(r) == [] and all(p.reason for p in r.patches)
+
+
+def test_the_demo_has_the_whole_loop_two_sources_patches_steps_a_baseline_and_claims():
+    r = read.load("demo")
+    assert [(s.name, s.dest) for s in r.sources] == [("transpose", "."), ("minibench", "third_party/minibench")]
+    assert len(r.patches) == 2 and [s.name for s in r.steps] == ["configure", "compile"]
+    assert {c.baseline for c in r.claims if c.judge == "ratio"} == {"naive", "naive-cuda"}
+    assert r.requirements.cpu and [e.name for e in r.experiments if e.needs_cuda] == ["tiled-cuda", "naive-cuda"]
+    assert all(e.sanity for e in r.experiments), "every case is checked, not only timed"
 
 
 def test_an_unknown_recipe_suggests_the_closest_name():
-    with pytest.raises(RecipeError, match=r"no recipe named `bytetransformr`; did you mean `bytetransformer`\?"):
-        read.load("bytetransformr")
+    with pytest.raises(RecipeError, match=r"no recipe named `demoo`; did you mean `demo`\?"):
+        read.load("demoo")
 
 
 @pytest.mark.parametrize("edit, words", [
@@ -211,16 +223,34 @@ def test_check_builds_and_fetches_nothing_and_is_fast(tmp_path, monkeypatch):
     from kernellab.recipes import verbs
 
     monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path))
-    text = verbs.check("bytetransformer")
-    assert "is valid" in text and "cu124-debian" in text and "patches: 6" in text
-    assert not (tmp_path / "recipes" / "sources").exists()
+    text = verbs.check("demo")
+    assert "is valid" in text and "target cpu" in text and "patches: 2 (apply cleanly)" in text
+    made = sorted(p.name for p in (tmp_path / "recipes" / "sources").iterdir())
+    assert all(n.startswith("local_") for n in made), f"only the demo's own folders, nothing fetched: {made}"
 
 
-def test_a_target_with_archs_the_code_does_not_support_is_refused_before_anything_is_built(tmp_path):
+#: The requirements of a CUDA-only paper (the shape of a real one): its archs, GPU memory, RAM and disk.
+CUDA_ONLY = """
+[requirements]
+archs = ["7.0", "7.5", "8.0", "9.0"]
+gpu_memory_gb = 8
+ram_gb = 8
+disk_gb = 6
+"""
+
+
+@pytest.fixture
+def cuda_paper(tmp_path) -> model.Recipe:
+    folder = write_recipe(tmp_path / "cudapaper", {"paper": "a" * 40, "helper": "b" * 40}, target="cu124-debian",
+                          extra=CUDA_ONLY)
+    return read.load(str(folder))
+
+
+def test_a_target_with_archs_the_code_does_not_support_is_refused_before_anything_is_built(cuda_paper):
     from kernellab.recipes import build
 
-    recipe = read.load("bytetransformer")
-    with pytest.raises(RecipeError, match=r"target cu130-pip builds for sm_86, sm_89, which recipe bytetransformer's "
+    recipe = cuda_paper
+    with pytest.raises(RecipeError, match=r"target cu130-pip builds for sm_86, sm_89, which recipe cudapaper's "
                                           r"code does not support"):
         build.resolve_target(recipe, "cu130-pip")
     with pytest.raises(RecipeError, match=r"target cpu has no CUDA"):
@@ -251,35 +281,21 @@ def test_the_gitmodules_url_is_the_public_one(paper):
     assert "https://github.com/paper-lab/helper" in (Path(root) / "work-paper/.gitmodules").read_text()
 
 
-def test_every_shipped_recipes_sources_come_through_the_mirror_and_its_patches_apply(tmp_path, monkeypatch):
-    from recipe_fixtures import use_paper_mirror
-
-    use_paper_mirror(monkeypatch)
-    monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path))
-    for name in read.names():
-        recipe = read.load(name)
-        for source in recipe.sources:
-            got = sources.fetch(source)
-            assert got["commit"] == source.commit
-            assert all(got["submodules"][p] == c for p, c in source.submodules.items())
-        assert sources.check_patches(recipe) == []
-
-
 def _gpu(cc: str = "9.0", mib: int = 81559, name: str = "NVIDIA H100 80GB HBM3"):
     from kernellab.gpu import HostGpu
 
     return HostGpu(0, name, "GPU-0", cc, "580.159.04", mib)
 
 
-def test_a_machine_short_of_what_the_code_needs_is_refused_in_one_sentence(monkeypatch, tmp_path):
+def test_a_machine_short_of_what_the_code_needs_is_refused_in_one_sentence(monkeypatch, tmp_path, cuda_paper):
     from kernellab.recipes import checks
 
-    recipe = read.load("bytetransformer")   # needs sm_70/75/80/90, 8 GB of GPU memory, 8 GB RAM, 20 GB disk
+    recipe = cuda_paper   # needs sm_70/75/80/90, 8 GB of GPU memory, 8 GB RAM, 6 GB disk
     assert checks.check_host(recipe, gpus=[_gpu()], run=True) == []
     with pytest.raises(RecipeError, match=r"GPU 0 \(NVIDIA GeForce RTX 3090, sm_86\) is not one recipe "
-                                          r"bytetransformer's code supports .*; run on such a GPU"):
+                                          r"cudapaper's code supports .*; run on such a GPU"):
         checks.check_host(recipe, gpus=[_gpu("8.6", 24576, "NVIDIA GeForce RTX 3090")], run=True)
-    with pytest.raises(RecipeError, match=r"GPU 0 \(NVIDIA T4\) has 4 GB and recipe bytetransformer needs 8 GB"):
+    with pytest.raises(RecipeError, match=r"GPU 0 \(NVIDIA T4\) has 4 GB and recipe cudapaper needs 8 GB"):
         checks.check_host(recipe, gpus=[_gpu("7.5", 4096, "NVIDIA T4")], run=True)
     with pytest.raises(RecipeError, match=r"runs on an NVIDIA GPU .* and this machine has none"):
         checks.check_host(recipe, gpus=[], run=True)
@@ -302,13 +318,13 @@ def test_the_task_says_what_it_wants_in_one_sentence_with_exit_code_2():
     def invoke(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True)
 
-    r = invoke("recipe", "rn", "bytetransformer")
+    r = invoke("recipe", "rn", "demo")
     assert r.returncode == 2 and "`invoke recipe rn` is not a verb; use one of check, build, run" in r.stderr
-    r = invoke("recipe", "check", "bytetransformr")
-    assert r.returncode == 2 and "did you mean `bytetransformer`?" in r.stderr and "Traceback" not in r.stderr
-    r = invoke("recipe", "run", "bytetransformer", "-k", "nothing_like_it")
-    assert r.returncode == 2 and "-k 'nothing_like_it' matches no experiment of recipe bytetransformer" in r.stderr
-    assert "bytetransformer" in invoke("recipes").stdout
+    r = invoke("recipe", "check", "demoo")
+    assert r.returncode == 2 and "did you mean `demo`?" in r.stderr and "Traceback" not in r.stderr
+    r = invoke("recipe", "run", "demo", "-k", "nothing_like_it")
+    assert r.returncode == 2 and "-k 'nothing_like_it' matches no experiment of recipe demo" in r.stderr
+    assert "demo" in invoke("recipes").stdout
 
 
 def test_a_cluster_task_runs_one_experiment_and_the_submitter_judges_each_gpu_type(tmp_path, monkeypatch):
@@ -376,3 +392,91 @@ def test_the_recipe_lock_decides_the_pip_versions_and_is_not_part_of_the_recipes
     written.write_text('{"pip": []}')
     with pytest.raises(RecipeError, match=r"is not a recipe lock .*--update"):
         lock.pins(changed, "cpu", "prefer", out)
+
+
+# --------------------------------------------------------------------------- folder sources (the demo's kind)
+
+def _folder_recipe(root: Path, commit: str, *, extra_source: str = "") -> Path:
+    folder = root / "mine"
+    (folder / "code").mkdir(parents=True, exist_ok=True)
+    (folder / "code" / "run.sh").write_text('echo "time: 5 ms"\n')
+    (folder / "recipe.toml").write_text(f'''
+[paper]
+title = "Mine"
+venue = "TEST"
+year = 2026
+link = "code/README"
+[environment]
+target = "cpu"
+[[sources]]
+name = "code"
+path = "code"
+commit = "{commit}"
+{extra_source}
+[[experiments]]
+name = "mine"
+run = "bash run.sh"
+metrics = [{{ name = "time_ms", regex = 'time: ([0-9.]+) ms' }}]
+[paper.x]
+''')
+    text = (folder / "recipe.toml").read_text().replace("[paper.x]\n", "")
+    (folder / "recipe.toml").write_text(text.replace('link = "code/README"', 'link = "code/README"\nno_claims = "a test"'))
+    return folder
+
+
+def test_a_folder_source_is_a_commit_of_its_files_alone(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path / "cache"))
+    a = tmp_path / "a"
+    a.mkdir()
+    (a / "x.c").write_text("int main(void) { return 0; }\n")
+    (a / "sub").mkdir()
+    (a / "sub" / "y.h").write_text("#define Y 1\n")
+    first = sources.folder_commit(a)
+    b = tmp_path / "elsewhere" / "b"
+    import shutil
+    import time
+    shutil.copytree(a, b)
+    time.sleep(0.01)
+    (b / "x.c").touch()
+    (b / "__pycache__").mkdir()
+    (b / "__pycache__" / "m.pyc").write_bytes(b"\0")
+    assert re.fullmatch(r"[0-9a-f]{40}", first)
+    assert sources.folder_commit(b) == first, "another place, another mtime, a __pycache__: the same commit"
+    (b / "sub" / "y.h").write_text("#define Y 2\n")
+    assert sources.folder_commit(b) != first, "a changed file is a changed commit"
+
+
+def test_a_folder_source_whose_files_changed_since_the_pin_is_refused_naming_the_new_commit(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path / "cache"))
+    folder = _folder_recipe(tmp_path, "0" * 40)
+    made = sources.folder_commit(folder / "code")
+    folder = _folder_recipe(tmp_path, made)
+    recipe = read.load(str(folder))
+    assert recipe.sources[0].origin.endswith("mine/code")
+    got = sources.fetch(recipe.sources[0])
+    assert got["commit"] == made and got["url"] == recipe.sources[0].origin
+    sources.prepare(recipe, tmp_path / "tree")
+    assert (tmp_path / "tree" / "run.sh").read_text() == 'echo "time: 5 ms"\n'
+    (folder / "code" / "run.sh").write_text('echo "time: 1 ms"\n')   # edited, pin not
+    with pytest.raises(RecipeError, match=rf"source code's folder .*mine/code is commit [0-9a-f]{{40}} now, not the "
+                                          rf"recipe's {made}: its files changed since the recipe pinned them"):
+        sources.prepare(recipe, tmp_path / "tree2")
+    with pytest.raises(RecipeError, match="its files changed"):
+        sources.verify_folders(recipe)
+
+
+@pytest.mark.parametrize("source, words", [
+    ('url = "https://example.org/x"', r"sources\[0\]\.url or path must say where the source comes from \(one of them"),
+    ('submodules = { "a" = "' + "c" * 40 + '" }', r"sources\[0\]\.submodules belong to a git URL's source"),
+])
+def test_a_folder_source_takes_a_path_or_a_url_never_both(tmp_path, source, words):
+    folder = _folder_recipe(tmp_path, "0" * 40, extra_source=source)
+    with pytest.raises(RecipeError, match=words):
+        read.load(str(folder))
+
+
+def test_a_folder_source_outside_its_recipe_is_refused(tmp_path):
+    folder = _folder_recipe(tmp_path, "0" * 40)
+    (folder / "recipe.toml").write_text((folder / "recipe.toml").read_text().replace('path = "code"', 'path = "../.."'))
+    with pytest.raises(RecipeError, match=r"sources\[0\]\.path must be a folder inside .*, not '\.\./\.\.'"):
+        read.load(str(folder))

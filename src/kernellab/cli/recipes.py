@@ -28,6 +28,7 @@ def recipes(c: Context) -> None:
     "quick": "run: one repeat of each experiment's quick grid (a smoke test; claims may then be not run)",
     "stand_in": "run: read each input's generated stand-in, not its data (claims are then not judged)",
     "compare": "run: an earlier run folder (results/recipes/NAME/RUN), printed side by side with this one",
+    "out": "run: where runs are recorded (default results/recipes: a run is OUT/NAME/<date>-<time>-<gpu>/)",
     "step": "shell: the state before step N (the patched sources writable at /sources), to fix step N by hand",
     "target": "build in this target instead of the recipe's environment (checked against the recipe)",
     "wheelhouse": "build: the recipe's pip packages from this folder of wheels only",
@@ -43,11 +44,12 @@ def recipe(c: Context, verb: str, name: str, k: str | None = None, quick: bool =
            wheelhouse: str | None = None, no_cache: bool = False, locked: bool = False, update: bool = False, output: str = "bundles", chunk_size: str = "2G",
            gpu_mode: str | None = None, gpu_index: str | None = None, engine: str | None = None,
            on: str | None = None, gpus: str | None = None, profile: str | None = None, dry_run: bool = False,
-           resume: str | None = None) -> None:
+           resume: str | None = None, out: str | None = None) -> None:
     """Paper recipes: `invoke recipe check|build|run|shell|export NAME` (docs/recipes.md; `invoke recipes` lists)."""
     from ..recipes import build as builds
     from ..recipes import read, record, verbs
 
+    results = Path(out) if out else record.RESULTS
     if verb not in VERBS:
         raise RecipeError(f"`invoke recipe {verb}` is not a verb; use one of {', '.join(VERBS)} "
                           f"(`invoke recipes` lists the recipes).")
@@ -71,7 +73,8 @@ def recipe(c: Context, verb: str, name: str, k: str | None = None, quick: bool =
     elif verb == "run":
         old = record.load(compare) if compare else None
         folder, verdicts, cases = verbs.run(name, target=target, k=k, quick=quick, stand_in=stand_in,
-                                            gpu_mode=gpu_choice(gpu_mode), gpu_index=gpu_index, wheelhouse=wheels)
+                                            gpu_mode=gpu_choice(gpu_mode), gpu_index=gpu_index, wheelhouse=wheels,
+                                            results=results)
         print("\n" + (record.claims_table(verdicts) or "no claims judged: " + (read.load(name).paper.no_claims
                                                                              or "the recipe encodes none")))
         if old is not None:

@@ -174,6 +174,7 @@ class _Tee:
 
 def _context(recipe: Recipe, env: Environment, ctx: Path, out: IO[str]) -> dict[str, Any]:
     """The build context: sources and patches (prepared again only when they changed), the recipe's folder."""
+    sources.verify_folders(recipe)  # a folder source's files, against its pin, on every build
     stamp = ctx / "prepared.json"
     want = hashlib.sha256(json.dumps([[dataclasses.astuple(s) for s in recipe.sources],
                                       [[p.file.name, p.sha256] for p in recipe.patches]], default=str).encode()).hexdigest()

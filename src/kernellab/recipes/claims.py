@@ -57,9 +57,9 @@ def _score(measured: float, claimed: float, better: str, tolerance: float) -> st
     return WITHIN if ratio >= 1 - tolerance else NOT_REPRODUCED
 
 
-def _unrun(case: Case | None, name: str) -> str | None:
+def _unrun(case: Case | None, name: str, absent: str = "") -> str | None:
     if case is None:
-        return f"{name} did not run (not selected, or --quick)"
+        return f"{name} did not run ({absent or 'not selected, or --quick'})"
     if case.problem:
         return f"{name} failed: {case.problem.splitlines()[0]}"
     return None
@@ -74,16 +74,18 @@ def _insane(case: Case) -> str | None:
 
 
 def judge(recipe: Recipe, cases: Sequence[Case], *, gpu_name: str | None,
-          stand_ins: Mapping[str, str] | None = None) -> list[Verdict]:
-    """Every claim's verdict; stand_ins: experiment -> why its data is a stand-in (its claims are not run)."""
+          stand_ins: Mapping[str, str] | None = None, absent: Mapping[str, str] | None = None) -> list[Verdict]:
+    """Every claim's verdict; stand_ins: experiment -> why its data is a stand-in (its claims are not run);
+    absent: experiment -> why a case of it is missing from this run (left out, not selected, stopped)."""
     made = stand_ins or {}
     return [judge_one(recipe, c, cases, gpu_name=gpu_name,
-                      stand_in=made.get(c.experiment) or (made.get(c.baseline) if c.baseline else None))
+                      stand_in=made.get(c.experiment) or (made.get(c.baseline) if c.baseline else None),
+                      absent=absent or {})
             for c in recipe.claims]
 
 
 def judge_one(recipe: Recipe, claim: Claim, cases: Sequence[Case], *, gpu_name: str | None,
-              stand_in: str | None = None) -> Verdict:
+              stand_in: str | None = None, absent: Mapping[str, str] | None = None) -> Verdict:
     exp = recipe.experiment(claim.experiment)
     metric = exp.metric(claim.metric)
     assert metric is not None  # checked when the recipe was read
@@ -102,7 +104,8 @@ def judge_one(recipe: Recipe, claim: Claim, cases: Sequence[Case], *, gpu_name: 
     if stand_in:
         return verdict(NOT_RUN, f"stand-in data ({stand_in}): the paper's numbers are for its own data")
     own = _find(cases, claim.experiment, dict(claim.case))
-    problem = _unrun(own, claim.experiment)
+    why_absent = absent or {}
+    problem = _unrun(own, claim.experiment, why_absent.get(claim.experiment, ""))
     if problem or own is None:
         return verdict(NOT_RUN, problem or "")
     value = own.metrics[claim.metric]
@@ -114,7 +117,7 @@ def judge_one(recipe: Recipe, claim: Claim, cases: Sequence[Case], *, gpu_name: 
     else:
         assert claim.baseline is not None
         base = _find(cases, claim.baseline, dict(claim.case))
-        problem = _unrun(base, f"baseline {claim.baseline}")
+        problem = _unrun(base, f"baseline {claim.baseline}", why_absent.get(claim.baseline, ""))
         if problem or base is None:
             return verdict(NOT_RUN, problem or "")
         b = base.metrics[claim.metric]

@@ -44,11 +44,23 @@ class Requirements:
 
 @dataclass(frozen=True)
 class Source:
+    """A repository at a full commit: fetched from `url`, or made from `folder` (a folder of the recipe's own,
+    committed the same way everywhere, so that its commit names its contents)."""
+
     name: str
-    url: str
+    url: str                             # "" for a folder source
     commit: str
     dest: str = "."                      # where under /src
     submodules: Mapping[str, str] = field(default_factory=dict)  # path -> the commit it must be at
+    folder: Path | None = None           # a folder source: the recipe's own folder it is made from
+
+    @property
+    def origin(self) -> str:
+        """Where it comes from, as a record shows it: the URL, or the folder (relative to the checkout)."""
+        if self.folder is None:
+            return self.url
+        from .. import shown
+        return shown(self.folder)
 
 
 @dataclass(frozen=True)

@@ -158,9 +158,9 @@ def parse(name: str, folder: Path, data: dict[str, Any]) -> Recipe:
     gb = {k: r.get(k, float, None, lambda v: v > 0, "a positive number of GB")
           for k in ("gpu_memory_gb", "ram_gb", "disk_gb")}
     requirements = Requirements(archs, note=r.text("note", ""), cpu=r.get("cpu", bool, False), **gb)
-    sources = tuple(_source(t) for t in top.items("sources"))
+    sources = tuple(_source(t, folder) for t in top.items("sources"))
     if not sources:
-        raise top.fail("sources", "must name at least one repository ([[sources]] with url and commit)")
+        raise top.fail("sources", "must name at least one repository ([[sources]] with url or path, and commit)")
     _unique(top, "sources", [s.name for s in sources])
     patches = tuple(_patch(t, folder, [s.name for s in sources]) for t in top.items("patches"))
     steps = tuple(Step(t.known("name", "run", "cwd").text("name"), t.text("run"), t.text("cwd", "."))
@@ -194,9 +194,11 @@ def _unique(t: _Table, key: str, values: list[str]) -> None:
         raise t.fail(key, f"names `{seen[0]}` twice; names must be unique")
 
 
-def _source(t: _Table) -> Source:
-    t.known("name", "url", "commit", "dest", "submodules")
-    url = t.text("url", expect="a git URL such as https://github.com/owner/repo")
+def _source(t: _Table, folder: Path) -> Source:
+    t.known("name", "url", "path", "commit", "dest", "submodules")
+    if ("url" in t.data) == ("path" in t.data):
+        raise t.fail("url", "or path must say where the source comes from (one of them: a git URL such as "
+                            "https://github.com/owner/repo, or a folder beside recipe.toml such as \"paper\")")
     commit = t.get("commit", str, check=lambda v: bool(_COMMIT.match(v)),
                    expect="a full 40-hex commit (never a branch or a tag)")
     subs = t.sub("submodules", {})
@@ -206,10 +208,23 @@ def _source(t: _Table) -> Source:
     dest = t.text("dest", ".")
     if Path(dest).is_absolute() or ".." in Path(dest).parts:
         raise t.fail("dest", f"must be a folder under /src such as \"third_party/x\", not {dest!r}")
-    name = t.text("name", url.rstrip("/").removesuffix(".git").rsplit("/", 1)[-1])
+    local = None
+    if "path" in t.data:
+        rel = t.text("path", expect="a folder beside recipe.toml, such as \"paper\"")
+        local = (folder / rel).resolve()
+        if Path(rel).is_absolute() or ".." in Path(rel).parts or not local.is_dir():
+            raise t.fail("path", f"must be a folder inside {shown(folder)}, such as \"paper\", not {rel!r}")
+        if subs.data:
+            raise t.fail("submodules", "belong to a git URL's source; a folder source has none (name a second "
+                                       "source with its own dest instead)")
+        url, default = "", Path(rel).name
+    else:
+        url = t.text("url", expect="a git URL such as https://github.com/owner/repo")
+        default = url.rstrip("/").removesuffix(".git").rsplit("/", 1)[-1]
+    name = t.text("name", default)
     if not _NAME.match(name):
         raise t.fail("name", f"must be a plain name (letters, digits, -_.), not {name!r}")
-    return Source(name, url, commit, dest, dict(subs.data))
+    return Source(name, url, commit, dest, dict(subs.data), local)
 
 
 def _patch(t: _Table, folder: Path, sources: list[str]) -> Patch:

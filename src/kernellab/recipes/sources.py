@@ -3,7 +3,12 @@
 git does the fetching, so a site mirror configured the git way (`url.<mirror>.insteadOf https://github.com/`,
 in ~/.gitconfig or GIT_CONFIG_*) works unchanged. Local-path mirrors need submodules fetched over the file
 protocol, which git refuses by default; kernellab allows it for these fetches only. A verified checkout is
-kept per (URL, commit) under $KERNELLAB_CACHE/recipes/sources and shared by every recipe that pins it.
+kept per (URL, full commit) under $KERNELLAB_CACHE/recipes/sources and shared by every recipe that pins it.
+
+A folder source (`path = "paper"`: code kept beside the recipe, such as the demo's) is first made into a commit
+with a fixed author, date and message, so that its commit is a function of its files alone: the recipe pins that
+commit like any other, a changed file is a changed commit (refused until the recipe pins it), and from there it is
+fetched, checked out and verified as a URL's source is.
 """
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ import json
 import os
 import re
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +40,63 @@ def _last(r: proc.Result) -> str:
 
 
 def cached(source: Source) -> Path:
-    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", source.url.split("://", 1)[-1]).strip("_")
-    return cache_root() / "recipes" / "sources" / f"{slug}-{source.commit[:12]}"
+    where = source.url.split("://", 1)[-1] if source.folder is None else f"local/{source.name}"
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", where).strip("_")
+    return cache_root() / "recipes" / "sources" / f"{slug}-{source.commit}"
+
+
+#: A folder source's commit: the same files give the same commit on every machine.
+_FOLDER_IDENTITY = {"GIT_AUTHOR_NAME": "kernellab", "GIT_AUTHOR_EMAIL": "kernellab@localhost",
+                    "GIT_AUTHOR_DATE": "1970-01-01T00:00:00+0000", "GIT_COMMITTER_NAME": "kernellab",
+                    "GIT_COMMITTER_EMAIL": "kernellab@localhost", "GIT_COMMITTER_DATE": "1970-01-01T00:00:00+0000"}
+
+
+def _folder_store() -> Path:
+    """One bare repository holding every folder source's commits (objects are content-addressed: shared safely)."""
+    store = cache_root() / "recipes" / "folders.git"
+    if not (store / "HEAD").is_file():
+        store.parent.mkdir(parents=True, exist_ok=True)
+        _git("init", "-q", "--bare", str(store), check=True)
+        (store / "info").mkdir(exist_ok=True)
+        (store / "info" / "exclude").write_text("__pycache__/\n*.pyc\n")
+    return store
+
+
+def folder_commit(folder: Path) -> str:
+    """The commit a folder's files make (stored in the folder store, under a ref of its own)."""
+    store = _folder_store()
+    with tempfile.TemporaryDirectory(prefix="kl-folder-") as tmp:
+        env = {"GIT_DIR": str(store), "GIT_WORK_TREE": str(folder), "GIT_INDEX_FILE": str(Path(tmp) / "index"),
+               **_FOLDER_IDENTITY}
+
+        def git(*args: str) -> str:
+            return proc.run(["git", "-c", "core.excludesFile=/dev/null", "-c", "core.autocrlf=false",
+                             "-c", "core.fileMode=true", *args], env={**GIT_ENV, **env}, check=True).stdout.strip()
+
+        git("add", "-A", ".")
+        commit = proc.run(["git", "commit-tree", git("write-tree"), "-m", "a folder of a kernellab recipe"],
+                          env={**GIT_ENV, **env}, check=True).stdout.strip()
+        git("update-ref", f"refs/heads/c{commit}", commit)
+    return commit
+
+
+def _remote(source: Source) -> str:
+    """Where git fetches source from: its URL, or the store holding its folder's commit, checked against the pin."""
+    if source.folder is None:
+        return source.url
+    made = folder_commit(source.folder)
+    if made != source.commit:
+        raise RecipeError(f"source {source.name}'s folder {source.origin} is commit {made} now, not the recipe's "
+                          f"{source.commit}: its files changed since the recipe pinned them. If the change is meant, "
+                          f'pin it (commit = "{made}").')
+    return str(_folder_store())
+
+
+def verify_folders(recipe: Recipe) -> None:
+    """Every folder source's files checked against its pinned commit (cheap: git hashes a small folder)."""
+    for s in recipe.sources:
+        if s.folder is not None:
+            _remote(s)
 
 
 def fetched(source: Source) -> dict[str, Any] | None:
@@ -46,6 +107,7 @@ def fetched(source: Source) -> dict[str, Any] | None:
 
 def fetch(source: Source, out: Any = None) -> dict[str, Any]:
     """Check out source at its commit with every submodule, verify the commits; return what was verified."""
+    remote = _remote(source)  # a folder source is checked against its pin on every build
     known = fetched(source)
     if known is not None:
         return known
@@ -54,26 +116,26 @@ def fetch(source: Source, out: Any = None) -> dict[str, Any]:
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
     if out:
-        out.write(f"fetching {source.url} at {source.commit[:12]}\n")
+        out.write(f"fetching {source.origin} at {source.commit[:12]}\n")
     try:
         _git("init", "-q", str(partial), check=True)
-        _git("remote", "add", "origin", source.url, cwd=partial, check=True)
+        _git("remote", "add", "origin", remote, cwd=partial, check=True)
         # By commit first (one commit, as GitHub and mirrors allow); else every ref and tag, then look.
         r = _git("fetch", "-q", "--depth", "1", "origin", source.commit, cwd=partial)
         if not r.ok:
             full = _git("fetch", "-q", "--tags", "origin", "+refs/heads/*:refs/remotes/origin/*", cwd=partial)
             if not full.ok:
-                raise RecipeError(f"cannot fetch {source.url} ({_last(full)}); mirror that repository with commit "
+                raise RecipeError(f"cannot fetch {source.origin} ({_last(full)}); mirror that repository with commit "
                                   f"{source.commit} and point git at the mirror (`git config --global "
                                   f"url.<mirror>/.insteadOf https://github.com/`, docs/recipes.md).")
         if not _git("checkout", "-q", "--detach", source.commit, cwd=partial).ok:
-            raise RecipeError(f"{source.url} has no commit {source.commit}; check the recipe's commit, or mirror "
+            raise RecipeError(f"{source.origin} has no commit {source.commit}; check the recipe's commit, or mirror "
                               f"that commit (the mirror may hold another).")
         subs = _submodules(source, partial)
         head = _git("rev-parse", "HEAD", cwd=partial, check=True).stdout.strip()
         if head != source.commit:
-            raise RecipeError(f"{source.url} checked out {head}, not the recipe's {source.commit}.")
-        verified = {"url": source.url, "commit": head, "submodules": subs}
+            raise RecipeError(f"{source.origin} checked out {head}, not the recipe's {source.commit}.")
+        verified = {"url": source.origin, "commit": head, "submodules": subs}
         (partial / VERIFIED).write_text(json.dumps(verified, indent=2, sort_keys=True) + "\n")
         if dest.exists():
             shutil.rmtree(dest)
@@ -92,7 +154,7 @@ def _submodules(source: Source, repo: Path) -> dict[str, str]:
         url = _git("config", "-f", ".gitmodules", "--get-regexp", r"submodule\..*\.url", cwd=repo).stdout
         where = f" submodule {path}" if path else " a submodule"
         urls = ", ".join(line.split()[-1] for line in url.splitlines()) or "(see .gitmodules)"
-        raise RecipeError(f"{source.url} at {source.commit[:12]}: fetching{where} failed ({_last(r)}); mirror the "
+        raise RecipeError(f"{source.origin} at {source.commit[:12]}: fetching{where} failed ({_last(r)}); mirror the "
                           f"submodules' repositories ({urls}) at the commits the source pins.")
     status = _git("submodule", "status", "--recursive", cwd=repo, check=True).stdout
     found = {}
@@ -102,10 +164,10 @@ def _submodules(source: Source, repo: Path) -> dict[str, str]:
             found[m.group(2)] = m.group(1)
     for path, want in source.submodules.items():
         if path not in found:
-            raise RecipeError(f"{source.url} at {source.commit[:12]} has no submodule {path} (it has: "
+            raise RecipeError(f"{source.origin} at {source.commit[:12]} has no submodule {path} (it has: "
                               f"{', '.join(found) or 'none'}); fix the recipe's submodules table.")
         if found[path] != want:
-            raise RecipeError(f"{source.url}'s submodule {path} is at {found[path]}, not the recipe's {want}; the "
+            raise RecipeError(f"{source.origin}'s submodule {path} is at {found[path]}, not the recipe's {want}; the "
                               f"source's commit pins another, so fix one of the two.")
     return found
 
@@ -126,24 +188,29 @@ def prepare(recipe: Recipe, tree: Path, out: Any = None) -> dict[str, Any]:
 
 
 def check_patches(recipe: Recipe) -> list[str]:
-    """Patches checked against already-fetched sources (nothing fetched here); returns what could not be checked."""
+    """Patches applied in order to a scratch copy of each already-fetched source (nothing fetched here: a folder
+    source is made, not fetched); returns the patches that could not be checked (their source is not fetched)."""
     unchecked = []
-    for p in recipe.patches:
-        source = _source(recipe, p.source)
-        if fetched(source) is None:
-            unchecked.append(p.file.name)
+    for source in recipe.sources:
+        mine = [p for p in recipe.patches if p.source == source.name]
+        if not mine:
             continue
-        _apply(recipe, p, cached(source), check_only=True)
+        if source.folder is not None:
+            fetch(source)
+        elif fetched(source) is None:
+            unchecked += [p.file.name for p in mine]
+            continue
+        with tempfile.TemporaryDirectory(prefix="kl-patches-") as tmp:
+            scratch = Path(tmp) / source.name
+            shutil.copytree(cached(source), scratch, symlinks=True, ignore=shutil.ignore_patterns(VERIFIED))
+            for p in mine:
+                apply(recipe, p, scratch)
     return unchecked
 
 
 def apply(recipe: Recipe, patch: Patch, root: Path) -> None:
-    _apply(recipe, patch, root, check_only=False)
-
-
-def _apply(recipe: Recipe, patch: Patch, root: Path, *, check_only: bool) -> None:
     # The checkout is its own git repository: paths in the diff are read from its top, never another's.
-    r = _git("apply", "--whitespace=nowarn", *(["--check"] if check_only else []), str(patch.file.resolve()), cwd=root)
+    r = _git("apply", "--whitespace=nowarn", str(patch.file.resolve()), cwd=root)
     if not r.ok:
         where = re.search(r"patch failed: (\S+):(\d+)", r.stderr)
         hunk = f" at {where.group(1)} line {where.group(2)}" if where else f" ({_last(r)})"

@@ -66,12 +66,14 @@ def run(name: str, *, target: str | None = None, k: str | None = None, quick: bo
         out: IO[str] = sys.stdout) -> tuple[Path, list[claims.Verdict], list[experiments.Case]]:
     """Build (cached), run the selected experiments, judge the claims, write the record; return its folder."""
     recipe = read.load(name)
-    chosen = experiments.select(recipe, k)
+    selected = experiments.select(recipe, k)
     eng = resolve_engine(engine).require()
     chosen_gpus = _chosen_gpus(gpu_index)
     # Before the build (which may take minutes): what this target can run, and whether this machine can.
     spec, _ = builds.resolve_target(recipe, target)
-    chosen = experiments.runnable(chosen, cuda=spec.cuda, target=spec.target, recipe=recipe, out=out)
+    chosen = experiments.runnable(selected, cuda=spec.cuda, target=spec.target, recipe=recipe, out=out)
+    absent = {e.name: f"not selected by -k {k!r}" for e in recipe.experiments if e not in selected}
+    absent |= {e.name: f"it needs CUDA, and target {spec.target} has none" for e in selected if e not in chosen}
     checks.check_host(recipe, gpus=chosen_gpus, run=gpu_mode is not False, cuda=spec.cuda is not None)
     built = builds.build(recipe, target=target, wheelhouse=wheelhouse, engine=eng, out=out)
     out.write(f"image {built.tags[0]} ({'unchanged, not rebuilt' if built.cached else f'built in {built.seconds:.0f} s'})\n")
@@ -91,17 +93,20 @@ def run(name: str, *, target: str | None = None, k: str | None = None, quick: bo
                             runner=runner or experiments.container_runner(gpu_mode, gpu_index, eng), out=out,
                             cases=cases, mounts=lambda e: inputs.mounts(ready, e))
     finally:  # interrupted or not, what ran is recorded (claims whose cases did not run say so), and how far it got
-        verdicts = _record(recipe, folder, cases, built, about, ready, k=k, quick=quick, eng=eng,
-                           planned=len(experiments.planned(chosen, quick)))
+        planned = len(experiments.planned(chosen, quick))
+        absent |= {e.name: "the run stopped before it" if len(cases) < planned else "not in --quick's grid" if quick
+                   else "not in its grid" for e in chosen}
+        verdicts = _record(recipe, folder, cases, built, about, ready, k=k, quick=quick, eng=eng, planned=planned,
+                           absent=absent)
     return folder, verdicts, cases
 
 
 def _record(recipe: model.Recipe, folder: Path, cases: list[experiments.Case], built: builds.Built,
             about: dict[str, Any], ready: dict[str, inputs.Ready], *, k: str | None, quick: bool,
-            eng: Engine, planned: int) -> list[claims.Verdict]:
+            eng: Engine, planned: int, absent: dict[str, str]) -> list[claims.Verdict]:
     env_ = built.env
     verdicts = claims.judge(recipe, cases, gpu_name=(about["gpu"] or {}).get("name"),
-                            stand_ins=inputs.stand_ins(recipe, ready))
+                            stand_ins=inputs.stand_ins(recipe, ready), absent=absent)
     labels = builds.verified_image(recipe, built.image_id, eng)
     made_of = lock.read_record(recipe.name, built.image_id, eng)
     provenance = {
