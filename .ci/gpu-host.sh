@@ -56,7 +56,7 @@ for step in $steps; do
     recipe-run)
             inv recipe run demo --target gpuhost --gpu-mode devices ${RECIPE_FLAGS:-} 2>&1 \
               | tee "$out/recipe-run.txt" | tail -n 45; [ "${PIPESTATUS[0]}" = 0 ] || rc=1
-            mkdir -p "$out/recipes" && cp -r results/recipes/demo "$out/recipes/" ;;
+            tar -C results/recipes -czf "$out/recipe-demo.tgz" demo ;;  # one file: the run folder nests deeper than $OUT returns
     bench)  inv bench --target gpuhost --quick --out results/gpuhost-quick 2>&1 | tee "$out/bench.txt" | tail -n 60
             [ "${PIPESTATUS[0]}" = 0 ] || rc=1
             cp results/gpuhost-quick/summary.md "$out/bench-summary.md" 2>/dev/null ;;
