@@ -9,6 +9,7 @@ raw/           every command's output, one file per case and repeat
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import socket
 import time
@@ -43,10 +44,14 @@ def machine(chosen: gpu.HostGpu | None) -> dict[str, Any]:
             clocks = dict(zip(fields.split(","), (v.strip() for v in r.stdout.strip().split(","))))
     commit = proc.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], check=False, timeout=30)
     dirty = proc.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"], check=False, timeout=30)
+    changed = bool(dirty.stdout.strip()) if dirty.ok else None
+    # Built from a commit plus changes: the changes are named by their hash, so the record names what ran.
+    diff = proc.run(["git", "-C", str(ROOT), "diff", "HEAD", "--binary"], check=False, timeout=60) if changed else None
     return {"gpu": chosen.to_dict() if chosen else None, "driver": chosen.driver if chosen else None,
             "clocks": clocks, "host": socket.gethostname(),
             "kernellab_commit": commit.stdout.strip() if commit.ok else None,
-            "kernellab_dirty": bool(dirty.stdout.strip()) if dirty.ok else None}
+            "kernellab_dirty": changed,
+            "kernellab_changes_sha256": hashlib.sha256(diff.stdout.encode()).hexdigest() if diff and diff.ok else None}
 
 
 def write(folder: Path, *, provenance: dict[str, Any], cases: Sequence[Case], verdicts: Sequence[Verdict],
@@ -103,7 +108,9 @@ def summary(data: dict[str, Any]) -> str:
              f"{clocks.get('clocks.sm', '?')} (max {clocks.get('clocks.max.sm', '?')})" if g else "- GPU: none (a CPU run)",
              f"- image: `{data['image']['id'][:19]}` (target {data['image']['target']}, recipe hash "
              f"{data['image']['recipe_sha256'][:12]}), kernellab {str(data['machine'].get('kernellab_commit'))[:10]}"
-             + (" with uncommitted changes" if data["machine"].get("kernellab_dirty") else ""),
+             + (" with uncommitted changes" if data["machine"].get("kernellab_dirty") else "")
+             + (f" (their diff's sha256 {data['machine']['kernellab_changes_sha256'][:12]})"
+                if data["machine"].get("kernellab_changes_sha256") else ""),
              "- sources: " + ", ".join(f"{k} {v['commit'][:10]}" + "".join(f", {p} {c[:10]}" for p, c in
                                                                            v.get("submodules", {}).items())
                                        for k, v in data["sources"].items()),
