@@ -173,8 +173,10 @@ def test_the_demo_recipe_builds_runs_and_judges_every_claim_as_a_user_runs_it(tm
     assert again.returncode == 0 and "unchanged" in again.stdout, again.stdout + again.stderr
 
 
+@pytest.mark.full
 def test_an_exported_recipe_carries_image_recipe_and_runs_and_a_damaged_file_stops_the_import(paper, tmp_path):
-    """Exports the small recipe's image (on kernellab:cpu, so a 2.6 GB save) with its folder and a run."""
+    """Exports the small recipe's image (on kernellab:cpu, so a 2.6 GB save) with its folder and a run: the full tier
+    (46 s on 2 cores; the engine contract's export round trip stays in `make test`)."""
     from kernellab.transfer import importers
 
     root, commits = paper
