@@ -115,6 +115,54 @@ def test_an_unreachable_source_names_url_and_commit_to_mirror(paper, monkeypatch
         sources.fetch(recipe.sources[0])
 
 
+def test_a_mirror_that_lacks_the_repository_is_named_as_git_reached_it(paper):
+    import shutil
+
+    root, commits = paper
+    shutil.rmtree(root / "mirror/paper-lab/fastop.git")
+    recipe = read.load(str(write_recipe(root / "r" / "fastop", commits)))
+    with pytest.raises(RecipeError, match=rf"cannot fetch https://github.com/paper-lab/fastop \(git rewrites it to "
+                                          rf"{root}/mirror/paper-lab/fastop, through url.<base>.insteadOf\) "
+                                          rf".*mirror that repository with commit {commits['paper']}"):
+        sources.fetch(recipe.sources[0])
+
+
+def test_a_mistyped_commit_sharing_the_first_12_digits_is_not_served_from_the_cache(paper):
+    """The cache was keyed by 12 hex digits: a typo after them built silently from the other commit."""
+    root, commits = paper
+    good = read.load(str(write_recipe(root / "r" / "fastop", commits)))
+    sources.fetch(good.sources[0])
+    typo = commits["paper"][:12] + ("0" if commits["paper"][12] != "0" else "1") + commits["paper"][13:]
+    bad = read.load(str(write_recipe(root / "r2" / "fastop", {**commits, "paper": typo})))
+    with pytest.raises(RecipeError, match=rf"has no commit {typo}"):
+        sources.prepare(bad, root / "tree")
+
+
+def test_an_edit_in_the_cached_checkout_reaches_no_build_tree(paper):
+    """The patch hint once sent users into the cache; what they edited there reached later images."""
+    root, commits = paper
+    recipe = read.load(str(write_recipe(root / "r" / "fastop", commits)))
+    sources.fetch(recipe.sources[0])
+    cache = sources.cached(recipe.sources[0])
+    (cache / "build.sh").write_text("echo tampered\n")
+    (cache / "extra.sh").write_text("echo untracked\n")
+    (cache / "third/helper/helper.sh").write_text("echo tampered-too\n")
+    got = sources.prepare(recipe, root / "tree")
+    assert got["fastop"]["commit"] == commits["paper"]
+    assert (root / "tree/build.sh").read_text().endswith("echo 'SPEED=5' > out/config\n"), "pristine, then patched"
+    assert not (root / "tree/extra.sh").exists()
+    assert (root / "tree/third/helper/helper.sh").read_text() == "echo helper-ok\n"
+
+
+def test_a_changed_submodule_pin_is_refused_with_a_warm_cache_too(paper):
+    root, commits = paper
+    recipe = read.load(str(write_recipe(root / "r" / "fastop", commits)))
+    sources.prepare(recipe, root / "tree")          # the cache is warm now
+    changed = read.load(str(write_recipe(root / "r2" / "fastop", {**commits, "helper": "2" * 40})))
+    with pytest.raises(RecipeError, match=r"submodule third/helper is at [0-9a-f]{40}, not the recipe's 2{40}"):
+        sources.prepare(changed, root / "tree2")
+
+
 def test_a_submodule_at_another_commit_than_the_recipes_is_refused(paper):
     root, commits = paper
     recipe = read.load(str(write_recipe(root / "r" / "fastop", {**commits, "helper": "2" * 40})))
@@ -128,8 +176,14 @@ def test_a_patch_that_does_not_apply_names_file_and_line(paper):
     (folder / "patches/speed.diff").write_text((folder / "patches/speed.diff").read_text().replace("SPEED=2", "SPEED=3"))
     recipe = read.load(str(folder))
     sources.fetch(recipe.sources[0])
-    with pytest.raises(RecipeError, match=r"patch patches/speed.diff does not apply to fastop at build.sh line 1"):
+    with pytest.raises(RecipeError, match=r"patch patches/speed.diff does not apply to fastop at build.sh line 1") as e:
         sources.check_patches(recipe)
+    # The hint points at a checkout of the user's own, not at the cache every build copies.
+    where = Path(re.search(r" in (\S+) \(a checkout of yours", str(e.value)).group(1))
+    assert where.is_dir() and not where.is_relative_to(sources.cached(recipe.sources[0]))
+    assert "SPEED=2" in (where / "build.sh").read_text()
+    from recipe_fixtures import git
+    assert git("status", "--porcelain", cwd=where) == "" and git("rev-parse", "HEAD", cwd=where) == commits["paper"]
 
 
 def _runner(outputs: dict[str, str], calls: list[list[str]], code: int = 0):
@@ -290,16 +344,23 @@ def _gpu(cc: str = "9.0", mib: int = 81559, name: str = "NVIDIA H100 80GB HBM3")
 def test_a_machine_short_of_what_the_code_needs_is_refused_in_one_sentence(monkeypatch, tmp_path, cuda_paper):
     from kernellab.recipes import checks
 
-    recipe = cuda_paper   # needs sm_70/75/80/90, 8 GB of GPU memory, 8 GB RAM, 6 GB disk
-    assert checks.check_host(recipe, gpus=[_gpu()], run=True) == []
+    recipe = cuda_paper   # its code: sm_70/75/80/90, 8 GB of GPU memory, 8 GB RAM, 6 GB disk
+    built = ("8.0", "9.0")  # what cu124-debian builds it for: the GPUs a run can use
+    assert checks.check_host(recipe, gpus=[_gpu()], run=True, built=built) == []
     with pytest.raises(RecipeError, match=r"GPU 0 \(NVIDIA GeForce RTX 3090, sm_86\) is not one recipe "
-                                          r"cudapaper's code supports .*; run on such a GPU"):
-        checks.check_host(recipe, gpus=[_gpu("8.6", 24576, "NVIDIA GeForce RTX 3090")], run=True)
-    with pytest.raises(RecipeError, match=r"GPU 0 \(NVIDIA T4\) has 4 GB and recipe cudapaper needs 8 GB"):
-        checks.check_host(recipe, gpus=[_gpu("7.5", 4096, "NVIDIA T4")], run=True)
-    with pytest.raises(RecipeError, match=r"runs on an NVIDIA GPU .* and this machine has none"):
-        checks.check_host(recipe, gpus=[], run=True)
-    assert "no GPU here: building works" in checks.check_host(recipe, gpus=[])[0]   # a build needs none
+                                          r"cudapaper's code supports .*; run on another GPU"):
+        checks.check_host(recipe, gpus=[_gpu("8.6", 24576, "NVIDIA GeForce RTX 3090")], run=True, built=built)
+    # Its code supports a V100, but this image holds no code for one: the list is the image's, not the recipe's.
+    with pytest.raises(RecipeError, match=r"GPU 0 \(Tesla V100-SXM2-32GB, sm_70\) is not one the recipe's image holds "
+                                          r"code for \(sm_80, sm_90\)"):
+        checks.check_host(recipe, gpus=[_gpu("7.0", 32768, "Tesla V100-SXM2-32GB")], run=True, built=built)
+    with pytest.raises(RecipeError, match=r"GPU 0 \(NVIDIA A100\) has 4 GB and recipe cudapaper needs 8 GB"):
+        checks.check_host(recipe, gpus=[_gpu("8.0", 4096, "NVIDIA A100")], run=True, built=built)
+    with pytest.raises(RecipeError, match=r"image holds GPU code for sm_80, sm_90 and this machine has no GPU"):
+        checks.check_host(recipe, gpus=[], run=True, built=built)
+    note = checks.check_host(recipe, gpus=[], built=built)[0]   # a build needs none
+    assert note == "no GPU here: building works, running needs a GPU it holds code for: sm_80, sm_90"
+    assert checks.check_host(recipe, gpus=[], run=True) == [], "a CPU target's run needs no GPU"
     monkeypatch.setattr(checks, "host_ram_gb", lambda: 4.0)
     with pytest.raises(RecipeError, match=r"needs 8 GB of host RAM and this machine has 4.0 GB"):
         checks.check_host(recipe, gpus=[_gpu()])
@@ -307,6 +368,40 @@ def test_a_machine_short_of_what_the_code_needs_is_refused_in_one_sentence(monke
     monkeypatch.setattr(checks, "free_disk_gb", lambda path: 3.0)
     with pytest.raises(RecipeError, match=r"needs 6 GB free for its build \(beyond its target image\) and .* has 3.0 GB"):
         checks.check_host(recipe, gpus=[_gpu()], disk=tmp_path)
+
+
+def test_gpu_mode_none_is_refused_where_every_case_would_fail_without_a_gpu(cuda_paper):
+    from kernellab.recipes import build, checks
+
+    cuda_spec, _ = build.resolve_target(cuda_paper, "cu124-debian")
+    with pytest.raises(RecipeError, match=r"--gpu-mode none runs recipe cudapaper's cases without a GPU, and target "
+                                          r"cu124-debian builds GPU code \(CUDA 12.4\): every case would fail"):
+        checks.check_gpu_mode(cuda_paper, cuda_spec, False)
+    checks.check_gpu_mode(cuda_paper, cuda_spec, True)
+    demo = read.load("demo")
+    cpu_spec, _ = build.resolve_target(demo, "cpu")
+    checks.check_gpu_mode(demo, cpu_spec, False)   # a CPU target: its cases need no GPU
+    with pytest.raises(RecipeError, match=r"or with --target cpu for its CPU experiments"):
+        checks.check_gpu_mode(demo, build.resolve_target(demo, "cu124-debian")[0], False)
+
+
+def test_check_lists_the_values_a_step_may_use(tmp_path, monkeypatch):
+    from kernellab.recipes import verbs
+
+    monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path))
+    text = verbs.check("demo", target="cu124-debian")
+    assert "{gencode} = -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90" in text
+    assert "{use_cuda} = ON" in text and "{cuda_archs} = 80;90" in text
+    assert all(f"{{{k}}} = " in text for k in ("python", "torch", "cxx11_abi", "llvm_config", "cuda_stub", "jobs"))
+
+
+def test_an_unknown_target_in_a_recipe_names_its_file_and_key(tmp_path):
+    from kernellab.recipes import build
+
+    folder = write_recipe(tmp_path / "typo", {"paper": "a" * 40, "helper": "b" * 40}, target="cu124-debain")
+    with pytest.raises(RecipeError, match=r"typo/recipe.toml: environment.target: unknown target `cu124-debain` "
+                                          r"\(did you mean cu124-debian\?\)"):
+        build.resolve_target(read.load(str(folder)))
 
 
 def test_the_task_says_what_it_wants_in_one_sentence_with_exit_code_2():
@@ -319,12 +414,14 @@ def test_the_task_says_what_it_wants_in_one_sentence_with_exit_code_2():
         return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True)
 
     r = invoke("recipe", "rn", "demo")
-    assert r.returncode == 2 and "`invoke recipe rn` is not a verb; use one of check, build, run" in r.stderr
+    assert r.returncode == 2 and "`invoke recipe rn` is not a verb; use one of list, check, build, run" in r.stderr
     r = invoke("recipe", "check", "demoo")
     assert r.returncode == 2 and "did you mean `demo`?" in r.stderr and "Traceback" not in r.stderr
     r = invoke("recipe", "run", "demo", "-k", "nothing_like_it")
     assert r.returncode == 2 and "-k 'nothing_like_it' matches no experiment of recipe demo" in r.stderr
-    assert "demo" in invoke("recipes").stdout
+    assert "demo" in invoke("recipes").stdout and "demo" in invoke("recipe", "list").stdout
+    r = invoke("recipe", "check")
+    assert r.returncode == 2 and "`invoke recipe check` needs a recipe: `invoke recipe check NAME`" in r.stderr
 
 
 def test_a_cluster_task_runs_one_experiment_and_the_submitter_judges_each_gpu_type(tmp_path, monkeypatch):
@@ -480,3 +577,32 @@ def test_a_folder_source_outside_its_recipe_is_refused(tmp_path):
     (folder / "recipe.toml").write_text((folder / "recipe.toml").read_text().replace('path = "code"', 'path = "../.."'))
     with pytest.raises(RecipeError, match=r"sources\[0\]\.path must be a folder inside .*, not '\.\./\.\.'"):
         read.load(str(folder))
+
+
+def test_a_recipe_build_follows_a_committed_target_lock_and_never_rewrites_it(monkeypatch, fastop):
+    """A recipe build once rewrote the tracked docker/locks/cu124-debian.json when Debian's archive had moved on."""
+    from kernellab.errors import BuildError
+    from kernellab.recipes import build
+
+    seen: list[str] = []
+
+    class NoImages:
+        name = "docker"
+
+        def require(self):
+            return self
+
+        def exists(self, ref):
+            return False
+
+    def fake_build(spec, **kw):
+        seen.append(kw["lock"])
+        raise BuildError("the archive no longer has gcc-12 12.2.0-14; nothing was built.")
+
+    monkeypatch.setattr(build.builder, "build", fake_build)
+    with pytest.raises(BuildError, match=r"never rewrites it: `invoke build-image --target cpu --update` resolves"):
+        build.environment(fastop, engine=NoImages(), out=__import__("io").StringIO())
+    assert seen == ["strict"], "docker/locks/cpu.json is committed: followed exactly"
+    with pytest.raises(BuildError, match="nothing was built") as e:
+        build.environment(fastop, target="cu128-blackwell", engine=NoImages(), out=__import__("io").StringIO())
+    assert seen[-1] == "prefer" and "never rewrites" not in str(e.value), "no lock yet: resolved, and written"

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import time
+from pathlib import Path
 
 import pytest
 
@@ -53,6 +55,56 @@ def test_a_recipe_builds_each_step_as_a_layer_and_an_unchanged_rebuild_builds_no
     assert time.monotonic() - start < 30  # generous for a loaded CI machine; benchmarks/recipes.py measures it
 
 
+APPENDED_STEP = """
+[[steps]]
+name = "after"
+run = "echo appended > /src/after"
+"""
+
+
+def test_an_appended_step_reruns_none_before_it_and_the_name_tag_follows_a_revert(paper):
+    root, commits = paper
+    folder = write_recipe(root / "r" / "fastop", commits)
+    first = build.build(read.load(str(folder)), engine=DOCKER, out=io.StringIO())
+    longer = build.build(read.load(str(write_recipe(folder, commits, extra=APPENDED_STEP))), engine=DOCKER,
+                         out=io.StringIO())
+    assert not longer.cached and _stamp(longer.image_id) == _stamp(first.image_id), "step 1 came from the cache"
+    assert DOCKER.image_id("kernellab-recipe:fastop") == longer.image_id
+    reverted = build.build(read.load(str(write_recipe(folder, commits))), engine=DOCKER, out=io.StringIO())
+    assert reverted.cached and reverted.image_id == first.image_id
+    assert DOCKER.image_id("kernellab-recipe:fastop") == first.image_id, "the name tag names the image it says"
+
+
+def test_two_runs_started_in_the_same_second_both_keep_their_records(paper, tmp_path, monkeypatch):
+    import threading
+
+    from kernellab.recipes import record
+
+    root, commits = paper
+    folder = write_recipe(root / "r" / "fastop", commits)
+    build.build(read.load(str(folder)), engine=DOCKER, out=io.StringIO())
+    monkeypatch.setattr(record.time, "strftime", lambda fmt, *a: "20261125-120000" if "%Y" in fmt else "x")
+    runs: dict[str, object] = {}
+
+    def run(k: str) -> None:
+        try:
+            runs[k] = verbs.run(str(folder), k=k, quick=True, gpu_mode=False, results=tmp_path / "results",
+                                engine=DOCKER, out=io.StringIO())[0]
+        except BaseException as e:  # noqa: BLE001  (asserted below)
+            runs[k] = e
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in ("fastop", "baseline")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(isinstance(v, Path) for v in runs.values()), runs
+    assert runs["fastop"] != runs["baseline"]
+    for k, where in runs.items():
+        data = json.loads((where / "run.json").read_text())  # type: ignore[operator]
+        assert [c["experiment"] for c in data["cases"]] == [k], "each record holds its own run's cases only"
+
+
 def test_the_recipe_lock_pins_its_pip_packages_and_update_resolves_them_again(paper):
     root, commits = paper
     wheels = root / "wheels"
@@ -89,7 +141,7 @@ def test_a_failing_step_is_named_with_its_log_and_the_next_build_resumes_there(p
     assert "recipe fastop: step 2 (build) failed" in msg and "compiling" in msg
     assert "invoke recipe shell fastop --step 2" in msg and "Full log: " in msg
     log = msg.split("Full log: ")[1].split(". Last lines")[0]
-    assert "kernellab-step 2/2 build" in open(log).read()
+    assert "kernellab-step 2 build" in open(log).read()
     assert not DOCKER.exists(f"kernellab-recipe:cpu-{build.environment(recipe, engine=DOCKER).build_hash[:12]}")
     # The state before step 2 exists (what `recipe shell --step 2` starts) and keeps step 1's stamp.
     before = build.build(recipe, upto=2, engine=DOCKER, out=io.StringIO())
@@ -174,7 +226,8 @@ def test_the_demo_recipe_builds_runs_and_judges_every_claim_as_a_user_runs_it(tm
 
 
 @pytest.mark.full
-def test_an_exported_recipe_carries_image_recipe_and_runs_and_a_damaged_file_stops_the_import(paper, tmp_path):
+def test_an_exported_recipe_carries_image_recipe_and_runs_and_a_damaged_file_stops_the_import(paper, tmp_path,
+                                                                                            monkeypatch):
     """Exports the small recipe's image (on kernellab:cpu, so a 2.6 GB save) with its folder and a run: the full tier
     (46 s on 2 cores; the engine contract's export round trip stays in `make test`)."""
     from kernellab.transfer import importers
@@ -183,13 +236,30 @@ def test_an_exported_recipe_carries_image_recipe_and_runs_and_a_damaged_file_sto
     folder = write_recipe(root / "r" / "fastop", commits)
     run, _, _ = verbs.run(str(folder), gpu_mode=False, quick=True, results=tmp_path / "results", engine=DOCKER,
                           out=io.StringIO())
-    bundle = verbs.export(str(folder), tmp_path / "bundles", runs=(run,), engine=DOCKER, out=io.StringIO())
+    # A run of another image (an earlier build) beside it: it is not this image's, so it is left out, said so.
+    other = tmp_path / "results" / "fastop" / "20200101-000000-nogpu"
+    shutil.copytree(run, other)
+    data = json.loads((other / "run.json").read_text())
+    data["image"]["id"] = "sha256:" + "e" * 64
+    (other / "run.json").write_text(json.dumps(data))
+    with pytest.raises(RecipeError, match=r"20200101-000000-nogpu was not run with the image being exported"):
+        verbs.export(str(folder), tmp_path / "refused", runs=(run, other), engine=DOCKER, out=io.StringIO())
+    said = io.StringIO()
+    from kernellab.recipes import record
+    monkeypatch.setattr(record, "RESULTS", tmp_path / "results")
+    bundle = verbs.export(str(folder), tmp_path / "bundles", engine=DOCKER, out=said)
+    assert f"runs packed: {run.name}" in said.getvalue() and "left out: 20200101-000000-nogpu (made with image" in said.getvalue()
     assert (bundle / "recipe" / "fastop" / "recipe.toml").is_file()
     assert (bundle / "recipe" / "runs" / run.name / "summary.md").is_file()
+    assert not (bundle / "recipe" / "runs" / other.name).exists()
     sums = (bundle / "FILES.SHA256SUMS").read_text()
     assert "recipe/fastop/patches/speed.diff" in sums and f"recipe/runs/{run.name}/run.json" in sums
     (bundle / "recipe" / "fastop" / "recipe.toml").write_text("tampered\n")
     with pytest.raises(Exception, match=r"travel with the image .* missing or damaged: recipe/fastop/recipe.toml"):
+        importers.import_bundle(bundle, engine=DOCKER)
+    # ... and with the list gone too, or a file it does not name: refused, nothing loaded.
+    (bundle / "FILES.SHA256SUMS").unlink()
+    with pytest.raises(Exception, match=r"missing or damaged: recipe/fastop/baseline.sh \(not in FILES.SHA256SUMS\)"):
         importers.import_bundle(bundle, engine=DOCKER)
 
 
@@ -205,13 +275,15 @@ def test_ctrl_c_midway_keeps_what_ran_in_the_record(paper, tmp_path):
             raise KeyboardInterrupt
         return real(image, command, **kw)
 
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(verbs.Stopped) as stop:   # a KeyboardInterrupt that knows where the record is
         verbs.run(str(folder), gpu_mode=False, runner=runner, results=tmp_path / "results", engine=DOCKER,
                   out=io.StringIO())
     run = next((tmp_path / "results" / "fastop").iterdir())
+    assert stop.value.folder == run and (stop.value.ran, stop.value.planned) == (1, 4)
     data = json.loads((run / "run.json").read_text())
     assert [c["params"] for c in data["cases"]] == [{"n": 10}] and data["cases"][0]["metrics"] == {"time_ms": 20.0}
     assert [v["verdict"] for v in data["claims"]] == ["not run", "not run"]  # no baseline ran
+    assert all("the run stopped before it" in v["why"] for v in data["claims"]), data["claims"]
     # ... and the record says the run stopped early, and after how many of its cases.
     planned = sum(len(e.cases(False)) for e in read.load(str(folder)).experiments)
     assert (data["stopped_early"], data["planned"]) == (True, planned) and planned > 1

@@ -13,6 +13,7 @@ from typing import Any, Callable, cast
 
 from invoke import Collection, Exit
 from invoke import task as invoke_task
+from invoke.parser.parser import ParseMachine
 from invoke.tasks import Task
 
 from .. import engine
@@ -29,6 +30,25 @@ ENGINE_HELP = PLACE_HELP["engine"]
 GPU_MODE_HELP = PLACE_HELP["gpu_mode"]
 
 
+#: (task name, argument) pairs of positional arguments that may be left out at the end (`invoke recipe list`).
+#: invoke has no such thing: every positional argument is required when the task's context closes. A task
+#: declares one with `@task(positional=[..., "name"], optional_positional=["name"])` and a default of None.
+_OPTIONAL_POSITIONAL: set[tuple[str, str]] = set()
+_complete_context = ParseMachine.complete_context
+
+
+def _complete_allowing_optional(self: ParseMachine) -> Any:
+    context = self.context
+    if context is not None:
+        for arg in context.positional_args:
+            if arg.value is None and (context.name, arg.name) in _OPTIONAL_POSITIONAL:
+                arg.value = ""   # left out: the task sees "" and says what it needs, in one sentence
+    return _complete_context(self)
+
+
+ParseMachine.complete_context = _complete_allowing_optional  # type: ignore[method-assign]
+
+
 def task(*args: Any, **kwargs: Any) -> Any:
     """Like invoke's @task, but KernellabError becomes `Exit(message, code)`.
 
@@ -36,7 +56,10 @@ def task(*args: Any, **kwargs: Any) -> Any:
     `kernellab.engine`, else KERNELLAB_ENGINE (kernellab.engine.current()).
     """
 
+    optional = kwargs.pop("optional_positional", ())
+
     def decorate(fn: Callable[..., Any]) -> Task:
+        _OPTIONAL_POSITIONAL.update((fn.__name__.replace("_", "-"), name) for name in optional)
         @functools.wraps(fn)
         def body(c: Any, *a: Any, **kw: Any) -> Any:
             try:

@@ -10,7 +10,7 @@ from ..errors import RecipeError
 from . import ENGINE_HELP, GPU_MODE_HELP, task
 from .cluster import CLUSTER_HELP
 
-VERBS = ("check", "build", "run", "shell", "export")
+VERBS = ("list", "check", "build", "run", "shell", "export")
 
 
 @task
@@ -21,8 +21,8 @@ def recipes(c: Context) -> None:
     print(verbs.listing())
 
 
-@task(positional=["verb", "name"], help={
-    "verb": "check, build, run, shell or export",
+@task(positional=["verb", "name"], optional_positional=["name"], help={
+    "verb": "list, check, build, run, shell or export",
     "name": "the recipe (a folder under recipes/, or a path to one)",
     "k": "run: only experiments whose name matches EXPR (like pytest -k: words, and, or, not)",
     "quick": "run: one repeat of each experiment's quick grid (a smoke test; claims may then be not run)",
@@ -39,13 +39,13 @@ def recipes(c: Context) -> None:
     "gpu_mode": GPU_MODE_HELP, "gpu_index": "use only host GPU N", "engine": ENGINE_HELP,
     **{k: f"run: {v}" for k, v in CLUSTER_HELP.items()},
 })
-def recipe(c: Context, verb: str, name: str, k: str | None = None, quick: bool = False, stand_in: bool = False,
+def recipe(c: Context, verb: str, name: str | None = None, k: str | None = None, quick: bool = False, stand_in: bool = False,
            compare: str | None = None, step: int | None = None, target: str | None = None,
            wheelhouse: str | None = None, no_cache: bool = False, locked: bool = False, update: bool = False, output: str = "bundles", chunk_size: str = "2G",
            gpu_mode: str | None = None, gpu_index: str | None = None, engine: str | None = None,
            on: str | None = None, gpus: str | None = None, profile: str | None = None, dry_run: bool = False,
            resume: str | None = None, out: str | None = None) -> None:
-    """Paper recipes: `invoke recipe check|build|run|shell|export NAME` (docs/recipes.md; `invoke recipes` lists)."""
+    """Paper recipes: `invoke recipe list`, `invoke recipe check|build|run|shell|export NAME` (docs/recipes.md)."""
     from ..recipes import build as builds
     from ..recipes import read, record, verbs
 
@@ -53,6 +53,12 @@ def recipe(c: Context, verb: str, name: str, k: str | None = None, quick: bool =
     if verb not in VERBS:
         raise RecipeError(f"`invoke recipe {verb}` is not a verb; use one of {', '.join(VERBS)} "
                           f"(`invoke recipes` lists the recipes).")
+    if verb == "list":
+        print(verbs.listing())
+        return
+    if not name:
+        raise RecipeError(f"`invoke recipe {verb}` needs a recipe: `invoke recipe {verb} NAME` "
+                          f"(`invoke recipe list` lists them).")
     wheels = Path(wheelhouse) if wheelhouse else None
     if locked and update:
         raise RecipeError("--locked follows the recipe's lock and --update ignores it; choose one.")
@@ -72,9 +78,13 @@ def recipe(c: Context, verb: str, name: str, k: str | None = None, quick: bool =
                           resume=resume, configured=c.config.get("kernellab", {}).get("cluster"))
     elif verb == "run":
         old = record.load(compare) if compare else None
-        folder, verdicts, cases = verbs.run(name, target=target, k=k, quick=quick, stand_in=stand_in,
-                                            gpu_mode=gpu_choice(gpu_mode), gpu_index=gpu_index, wheelhouse=wheels,
-                                            results=results)
+        try:
+            folder, verdicts, cases = verbs.run(name, target=target, k=k, quick=quick, stand_in=stand_in,
+                                                gpu_mode=gpu_choice(gpu_mode), gpu_index=gpu_index, wheelhouse=wheels,
+                                                results=results)
+        except verbs.Stopped as stop:
+            raise Exit(f"kernellab: interrupted after {stop.ran} of {stop.planned} cases; what ran is recorded in "
+                       f"{stop.folder}/summary.md (marked STOPPED EARLY).", code=130) from None
         print("\n" + (record.claims_table(verdicts) or "no claims judged: " + (read.load(name).paper.no_claims
                                                                              or "the recipe encodes none")))
         if old is not None:

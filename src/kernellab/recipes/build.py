@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from .. import proc
+from .. import proc, shown
 from ..engine import Engine, resolve_engine
-from ..errors import BuildError, CommandError, RecipeError
+from ..errors import BuildError, CommandError, RecipeError, ResolveError
 from ..image import builder, network
 from ..image.spec import Spec
 from ..image.targets import Matrix, load, parse_target
@@ -34,8 +34,8 @@ REPO = "kernellab-recipe"
 #: Printed by every step before its command: the last one in a failed build's log is the failed step.
 MARKER = "kernellab-step"
 #: Part of every recipe image's hash: raise it when dockerfile() makes a different image from the same recipe.
-FORMAT = 2
-_MARK = re.compile(rf"^(?:#(\d+) [\d.]+ )?{MARKER} (\d+)/(\d+)")
+FORMAT = 3
+_MARK = re.compile(rf"^(?:#(\d+) [\d.]+ )?{MARKER} (\d+) ")
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,12 @@ def resolve_target(recipe: Recipe, target: str | None = None, matrix: Matrix | N
     if name is None:  # an inline target table: validated like one in docker/targets.toml
         name = f"recipe-{recipe.name}"
         matrix = dataclasses.replace(matrix, targets={**matrix.targets, name: parse_target(name, recipe.target_table)})
-    spec = builder.resolve_request(target=name, matrix=matrix)
+    try:
+        spec = builder.resolve_request(target=name, matrix=matrix)
+    except ResolveError as e:
+        if target:  # --target's own: the task's flag, not the recipe's
+            raise
+        raise RecipeError(f"{shown(recipe.file)}: environment.target: {e}") from None
     checks.check_target(recipe, spec)
     return spec, matrix
 
@@ -83,8 +88,21 @@ def environment(recipe: Recipe, *, target: str | None = None, engine: Engine | N
     spec, matrix = resolve_target(recipe, target)
     base = f"kernellab:{spec.target}"
     if not eng.exists(base) or eng.labels(base).get("kernellab.spec-sha256") != spec.digest:
-        out.write(f"{base} is not built for this spec yet; building it first\n")
-        builder.build(spec, matrix=matrix, lock="prefer", ca_certs=network.ca_certificates(), out=out, engine=eng)
+        # A committed lock is followed exactly: a recipe build never rewrites a tracked file (a lock that no longer
+        # resolves is one sentence naming what moved, with the remedies); without one, the build resolves and writes it.
+        committed = builder.lock_path(spec, builder.LOCK_DIR).is_file()
+        out.write(f"{base} is not built for this spec yet; building it first"
+                  f"{' from its lock' if committed else ''}\n")
+        try:
+            builder.build(spec, matrix=matrix, lock="strict" if committed else "prefer",
+                          ca_certs=network.ca_certificates(), out=out, engine=eng)
+        except BuildError as e:
+            if not committed:
+                raise
+            raise BuildError(f"{e} The recipe build follows {shown(builder.lock_path(spec, builder.LOCK_DIR))} and "
+                             f"never rewrites it: `invoke build-image --target {spec.target} --update` resolves the "
+                             f"target afresh (commit the new lock), or point KERNELLAB_DEBIAN_MIRROR at a snapshot "
+                             f"that still has the locked packages.") from None
     base_id = eng.image_id(base)
     vals = values.values(spec, values.probe(base_id, eng))
     blob = json.dumps({"format": FORMAT, "recipe": recipe.digest(), "base": base_id, "values": vals}, sort_keys=True).encode()
@@ -113,7 +131,9 @@ def build(recipe: Recipe, *, target: str | None = None, upto: int | None = None,
     if upto is None and not no_cache and locking != "update":
         found = find_built(recipe, env, eng)
         if found and (locking == "prefer" or lock.fits(recipe, locked_name, pip_added(found, eng))):
-            return Built(recipe.name, found, (env.tag,), env, True, time.monotonic() - start)
+            # The name tag follows the image this recipe is now (after a revert, an older one): never another.
+            eng.tag(found, f"{REPO}:{recipe.name}")
+            return Built(recipe.name, found, (env.tag, f"{REPO}:{recipe.name}"), env, True, time.monotonic() - start)
     # RAM and disk only: a build needs no GPU (a run checks its GPU).
     checks.check_host(recipe, gpus=(), disk=Path(eng.info().root or "/"))
     home = values.context_dir(recipe.name)
@@ -173,18 +193,9 @@ class _Tee:
 
 
 def _context(recipe: Recipe, env: Environment, ctx: Path, out: IO[str]) -> dict[str, Any]:
-    """The build context: sources and patches (prepared again only when they changed), the recipe's folder."""
-    sources.verify_folders(recipe)  # a folder source's files, against its pin, on every build
-    stamp = ctx / "prepared.json"
-    want = hashlib.sha256(json.dumps([[dataclasses.astuple(s) for s in recipe.sources],
-                                      [[p.file.name, p.sha256] for p in recipe.patches]], default=str).encode()).hexdigest()
-    prepared = json.loads(stamp.read_text()) if stamp.is_file() else {}
-    if prepared.get("sha256") != want:
-        stamp.unlink(missing_ok=True)
-        provenance = sources.prepare(recipe, ctx / "src", out)
-        stamp.write_text(json.dumps({"sha256": want, "sources": provenance}, indent=2))
-    else:
-        provenance = prepared["sources"]
+    """The build context: the sources made fresh from their verified commits and patched (on every build: no
+    earlier tree is trusted), the recipe's folder."""
+    provenance = sources.prepare(recipe, ctx / "src", out)
     if (ctx / "recipe").exists():
         shutil.rmtree(ctx / "recipe")
     shutil.copytree(recipe.folder, ctx / "recipe", ignore=shutil.ignore_patterns("__pycache__", lock.FOLDER))
@@ -243,9 +254,9 @@ def dockerfile(recipe: Recipe, env: Environment, provenance: dict[str, Any], loc
     lines.append(_run(f"{freeze} > /etc/kernellab/recipe-pip-freeze.txt && LC_ALL=C comm -13 "
                       f"/etc/kernellab/target-pip-freeze.txt /etc/kernellab/recipe-pip-freeze.txt > {lock.ADDED}"))
     previous = "sources"
-    n = len(recipe.steps)
     for i, step in enumerate(recipe.steps, 1):
-        script = f"echo {MARKER} {i}/{n} {shlex.quote(step.name)}\ncd /src/{step.cwd}\n{substitute(step.run, env.values)}"
+        # A step's line holds its number, not the count of steps: appending a step reruns none before it.
+        script = f"echo {MARKER} {i} {shlex.quote(step.name)}\ncd /src/{step.cwd}\n{substitute(step.run, env.values)}"
         lines += ["", f"FROM {previous} AS step-{i}", _run(script)]
         previous = f"step-{i}"
     labels = {

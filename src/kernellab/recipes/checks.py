@@ -45,9 +45,11 @@ def check_target(recipe: Recipe, spec: Spec) -> None:
 
 
 def check_host(recipe: Recipe, *, gpus: Sequence[HostGpu], disk: Path | None = None, run: bool = False,
-               cuda: bool = True) -> list[str]:
+               built: Sequence[str] = ()) -> list[str]:
     """RAM and disk for a build, GPU arch and memory for a run; refusals raise, what is only noted is returned.
-    cuda=False: a CPU target, whose run needs no GPU."""
+
+    built: the compute capabilities the target builds for (its spec's: what {cuda_archs} and {gencode} give the
+    recipe's build); () for a CPU target (or a build), whose run needs no GPU. A run can use only those GPUs."""
     req = recipe.requirements
     notes: list[str] = []
     if req.ram_gb and host_ram_gb() < req.ram_gb:
@@ -57,25 +59,40 @@ def check_host(recipe: Recipe, *, gpus: Sequence[HostGpu], disk: Path | None = N
         raise RecipeError(f"recipe {recipe.name} needs {req.disk_gb:g} GB free for its build (beyond its target "
                           f"image) and {disk} has {free_disk_gb(disk):.1f} GB; free some (`docker system prune`) or "
                           f"move the engine's data.")
-    if not req.archs or not cuda:
+    archs = [cc.rstrip("af") for cc in built]
+    if not archs:
         return notes
+    held = ", ".join(_sm(a) for a in archs)
     if not gpus:
         if run:
-            raise RecipeError(f"recipe {recipe.name} runs on an NVIDIA GPU ({', '.join(_sm(a) for a in req.archs)}) "
-                              f"and this machine has none; run it on a GPU machine (or `--on slurm`).")
-        notes.append(f"no GPU here: building works, running needs one of {', '.join(_sm(a) for a in req.archs)}")
+            raise RecipeError(f"recipe {recipe.name}'s image holds GPU code for {held} and this machine has no GPU; "
+                              f"run it on such a GPU (or `--on slurm`).")
+        notes.append(f"no GPU here: building works, running needs a GPU it holds code for: {held}")
         return notes
     for g in gpus:
-        if g.compute_capability not in req.archs:
-            msg = (f"GPU {g.index} ({g.name}, {_sm(g.compute_capability)}) is not one recipe {recipe.name}'s code "
-                   f"supports ({', '.join(_sm(a) for a in req.archs)})")
-            if run:
-                raise RecipeError(f"{msg}; run on such a GPU (--gpu-index N picks one).")
-            notes.append(msg)
+        cc = g.compute_capability
+        if req.archs and cc not in req.archs:
+            msg = (f"GPU {g.index} ({g.name}, {_sm(cc)}) is not one recipe {recipe.name}'s code supports "
+                   f"({', '.join(_sm(a) for a in req.archs)})")
+        elif cc not in archs:
+            msg = (f"GPU {g.index} ({g.name}, {_sm(cc)}) is not one the recipe's image holds code for ({held}); "
+                   f"build for it with --target of a target that lists its GPU")
         elif req.gpu_memory_gb and g.memory_mib / 1024 < req.gpu_memory_gb:
             msg = (f"GPU {g.index} ({g.name}) has {g.memory_mib / 1024:.0f} GB and recipe {recipe.name} needs "
                    f"{req.gpu_memory_gb:g} GB")
-            if run:
-                raise RecipeError(f"{msg}; run on a larger GPU (--gpu-index N picks one).")
-            notes.append(msg)
+        else:
+            continue
+        if run:
+            raise RecipeError(f"{msg}; run on another GPU (--gpu-index N picks one).")
+        notes.append(msg)
     return notes
+
+
+def check_gpu_mode(recipe: Recipe, spec: Spec, gpu_mode: bool | str) -> None:
+    """--gpu-mode none gives the containers no GPU: refused where the target's image holds GPU code, whose every
+    case would fail (a recipe that also runs on CPU has a CPU target for that)."""
+    if gpu_mode is False and spec.cuda is not None:
+        raise RecipeError(f"--gpu-mode none runs recipe {recipe.name}'s cases without a GPU, and target "
+                          f"{spec.target or '(inline)'} builds GPU code (CUDA {spec.cuda}): every case would fail; run "
+                          f"with a GPU" + (", or with --target cpu for its CPU experiments" if recipe.requirements.cpu
+                                           else "") + ".")

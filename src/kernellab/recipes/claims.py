@@ -6,19 +6,23 @@
 
 Verdicts: reproduced (at least as good as claimed), within tolerance (short of it by at most the claim's
 tolerance), not reproduced (short by more, or a sanity check failed: a fast wrong answer proves nothing),
-not run (the case or its baseline did not run, or the claim cannot be judged here; why says which).
+not run (the case or its baseline did not run, or the claim cannot be judged here; why says which), not judged
+(they ran, but a number the verdict needs is not a positive finite number: a metric of 0 from a timer too coarse
+for the case, a negative, infinite or NaN value; why says which). Judging never raises: every claim gets a verdict.
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
 
-from .experiments import Case, sanity_value
+from .experiments import Case, sanity_value, short_problem
 from .model import Claim, Recipe
 
-REPRODUCED, WITHIN, NOT_REPRODUCED, NOT_RUN = "reproduced", "within tolerance", "not reproduced", "not run"
-VERDICTS = (REPRODUCED, WITHIN, NOT_REPRODUCED, NOT_RUN)
+REPRODUCED, WITHIN, NOT_REPRODUCED, NOT_RUN, NOT_JUDGED = (
+    "reproduced", "within tolerance", "not reproduced", "not run", "not judged")
+VERDICTS = (REPRODUCED, WITHIN, NOT_REPRODUCED, NOT_RUN, NOT_JUDGED)
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,11 @@ class Verdict:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _sig(x: float) -> float:
+    """x to 6 significant digits: a record shows 1e-07 as that, never as 0."""
+    return float(f"{x:.6g}")
 
 
 def same_gpu_model(paper_gpu: str, gpu_name: str) -> bool:
@@ -61,8 +70,17 @@ def _unrun(case: Case | None, name: str, absent: str = "") -> str | None:
     if case is None:
         return f"{name} did not run ({absent or 'not selected, or --quick'})"
     if case.problem:
-        return f"{name} failed: {case.problem.splitlines()[0]}"
+        return f"{name} failed: {short_problem(case.problem)}"
     return None
+
+
+def _unusable(case: Case, metric: str) -> str | None:
+    """Why a case's metric cannot enter a verdict (0, negative, inf, NaN, missing), or None."""
+    value = case.metrics.get(metric)
+    if isinstance(value, (int, float)) and math.isfinite(value) and value > 0:
+        return None
+    hint = " (a timer too coarse for the case?)" if value == 0 else ""
+    return f"{case.experiment}'s {metric} is {value}{hint}: a verdict needs a positive finite number"
 
 
 def _insane(case: Case) -> str | None:
@@ -98,7 +116,7 @@ def judge_one(recipe: Recipe, claim: Claim, cases: Sequence[Case], *, gpu_name: 
         claimed, unit = claim.value, claim.unit or metric.unit
 
     def verdict(v: str, why: str, measured: float | None = None) -> Verdict:
-        return Verdict(claim.name, v, why, claim.judge, round(claimed, 4), None if measured is None else round(measured, 4),
+        return Verdict(claim.name, v, why, claim.judge, _sig(claimed), None if measured is None else _sig(measured),
                        unit, claim.gpu, claim.where, claim.tolerance)
 
     if stand_in:
@@ -108,6 +126,9 @@ def judge_one(recipe: Recipe, claim: Claim, cases: Sequence[Case], *, gpu_name: 
     problem = _unrun(own, claim.experiment, why_absent.get(claim.experiment, ""))
     if problem or own is None:
         return verdict(NOT_RUN, problem or "")
+    bad = _unusable(own, claim.metric)
+    if bad:
+        return verdict(NOT_JUDGED, bad)
     value = own.metrics[claim.metric]
     if claim.judge == "absolute":
         if not gpu_name or not same_gpu_model(claim.gpu, gpu_name):
@@ -120,6 +141,9 @@ def judge_one(recipe: Recipe, claim: Claim, cases: Sequence[Case], *, gpu_name: 
         problem = _unrun(base, f"baseline {claim.baseline}", why_absent.get(claim.baseline, ""))
         if problem or base is None:
             return verdict(NOT_RUN, problem or "")
+        bad = _unusable(base, claim.metric)
+        if bad:
+            return verdict(NOT_JUDGED, bad)
         b = base.metrics[claim.metric]
         measured = value / b if better == "higher" else b / value
         insane = _insane(own) or _insane(base)

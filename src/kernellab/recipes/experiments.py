@@ -106,6 +106,13 @@ def check_sanity(checks: tuple[Sanity, ...], output: str) -> list[dict[str, Any]
     return result
 
 
+def short_problem(problem: str) -> str:
+    """A case's problem in one line for a table: what happened, and the last line its output had."""
+    head, _, tail = problem.partition("; last lines:")
+    last = [x.strip() for x in tail.splitlines() if x.strip()]
+    return head.strip() + (f" (last line: {last[-1]})" if last else "")
+
+
 def _last_lines(text: str, n: int = 8) -> str:
     return "\n".join(text.rstrip().splitlines()[-n:]) or "(no output)"
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import itertools
 import json
 import socket
 import time
@@ -19,17 +20,26 @@ from typing import Any, Sequence
 from .. import ROOT, gpu, proc
 from ..errors import RecipeError
 from .claims import Verdict
-from .experiments import Case, sanity_value
+from .experiments import Case, sanity_value, short_problem
 
 RESULTS = ROOT / "results" / "recipes"
 FORMAT = "kernellab-recipe-run/1"
 
 
 def run_folder(recipe: str, gpu_name: str | None, root: Path = RESULTS) -> Path:
+    """A new folder of this run's own: <date>-<time>-<gpu>, or -2, -3, ... after it when runs start in the same
+    second (two -k selections, two GPUs of one model): made atomically, never shared."""
     short = gpu_name.lower().replace("nvidia", "").split()[0] if gpu_name else "nogpu"  # "h100", "a100-sxm4-80gb"
-    folder = root / recipe / f"{time.strftime('%Y%m%d-%H%M%S')}-{short}"
-    folder.mkdir(parents=True, exist_ok=False)
-    return folder
+    name = f"{time.strftime('%Y%m%d-%H%M%S')}-{short}"
+    (root / recipe).mkdir(parents=True, exist_ok=True)
+    for n in itertools.count(1):
+        folder = root / recipe / (name if n == 1 else f"{name}-{n}")
+        try:
+            folder.mkdir()
+            return folder
+        except FileExistsError:
+            continue
+    raise AssertionError("unreachable")
 
 
 def machine(chosen: gpu.HostGpu | None) -> dict[str, Any]:
@@ -66,7 +76,7 @@ def write(folder: Path, *, provenance: dict[str, Any], cases: Sequence[Case], ve
             rows: dict[str, float | None] = dict(c.metrics) or {"-": None}
             for name, value in rows.items():
                 w.writerow([c.experiment, json.dumps(c.params, sort_keys=True), name, value, units.get(name, ""),
-                            len(c.runs), c.sane, (c.problem or "").splitlines()[0] if c.problem else ""])
+                            len(c.runs), c.sane, short_problem(c.problem) if c.problem else ""])
     (folder / "claims.md").write_text(claims_table(verdicts) + "\n")
     (folder / "summary.md").write_text(summary(data) + "\n")
     plot(folder, verdicts)
@@ -123,14 +133,27 @@ def summary(data: dict[str, Any]) -> str:
              "- verdicts: " + (", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "none"), "",
              "## Claims", "", claims_table([Verdict(**v) for v in data["claims"]])
              or f"None encoded: {data['paper'].get('no_claims') or 'the recipe has none'}", "", "## Cases", "",
-             "| experiment | case | metrics (median) | sanity | runs |", "|---|---|---|---|---|"]
+             "| experiment | case | metrics (median) | sanity | runs | problem |", "|---|---|---|---|---|---|"]
     for c in cases:
-        metrics = ", ".join(f"{k} {v:g}" for k, v in c["metrics"].items()) or (c["problem"] or "").splitlines()[0]
+        metrics = ", ".join(f"{k} {v:g}" for k, v in c["metrics"].items()) or "-"
         sanity = "; ".join(f"{s['name']} {sanity_value(s)} ({'ok' if s['ok'] else 'FAILED'}, {s['bound']})"
                            for s in c["sanity"]) or "-"
         params = " ".join(f"{k}={v}" for k, v in c["params"].items())
-        lines.append(f"| {c['experiment']} | {params} | {metrics} | {sanity} | {len(c['runs'])} |")
+        problem = short_problem(c["problem"]) if c["problem"] else "-"
+        lines.append(f"| {c['experiment']} | {params} | {metrics} | {sanity} | {len(c['runs'])} | {problem} |")
+    if data.get("incomplete"):
+        lines += ["", f"**This record is incomplete**: {data['incomplete']}. The cases above are all that ran."]
     return "\n".join(lines)
+
+
+def salvage(folder: Path, *, recipe: str, cases: Sequence[Case], why: str) -> None:
+    """What is left to write when the full record cannot be (the engine gone, the image lost): the cases that
+    ran, and why the rest is missing. A run's cases are never lost to a failure after them."""
+    data = {"format": FORMAT, "recipe": recipe, "paper": {"title": "?", "venue": "?", "year": "?"},
+            "incomplete": why, "image": {"id": "?", "target": "?", "recipe_sha256": "?"}, "machine": {},
+            "sources": {}, "patches": [], "cases": [c.to_dict() for c in cases], "claims": []}
+    (folder / "run.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    (folder / "summary.md").write_text(summary(data) + "\n")
 
 
 def _patches(data: dict[str, Any]) -> list[dict[str, Any]]:

@@ -2,8 +2,11 @@
 
 git does the fetching, so a site mirror configured the git way (`url.<mirror>.insteadOf https://github.com/`,
 in ~/.gitconfig or GIT_CONFIG_*) works unchanged. Local-path mirrors need submodules fetched over the file
-protocol, which git refuses by default; kernellab allows it for these fetches only. A verified checkout is
-kept per (URL, full commit) under $KERNELLAB_CACHE/recipes/sources and shared by every recipe that pins it.
+protocol, which git refuses by default; kernellab allows it for these fetches only. A fetched checkout is kept
+per (URL, full commit) under $KERNELLAB_CACHE/recipes/sources and shared by every recipe that pins it, but never
+trusted: every build copies it and makes the copy its commit again by git itself (`reset --hard`, `clean`, every
+submodule at the commit its parent records), checking the commits against the recipe's pins, so an edit in the
+cache reaches no image. Where a patch must be remade, a scratch checkout of the user's own is made for it.
 
 A folder source (`path = "paper"`: code kept beside the recipe, such as the demo's) is first made into a commit
 with a fixed author, date and message, so that its commit is a function of its files alone: the recipe pins that
@@ -125,7 +128,8 @@ def fetch(source: Source, out: Any = None) -> dict[str, Any]:
         if not r.ok:
             full = _git("fetch", "-q", "--tags", "origin", "+refs/heads/*:refs/remotes/origin/*", cwd=partial)
             if not full.ok:
-                raise RecipeError(f"cannot fetch {source.origin} ({_last(full)}); mirror that repository with commit "
+                raise RecipeError(f"cannot fetch {source.origin}{_rewritten(remote)} ({_last(full)}); mirror that "
+                                  f"repository with commit "
                                   f"{source.commit} and point git at the mirror (`git config --global "
                                   f"url.<mirror>/.insteadOf https://github.com/`, docs/recipes.md).")
         if not _git("checkout", "-q", "--detach", source.commit, cwd=partial).ok:
@@ -145,9 +149,17 @@ def fetch(source: Source, out: Any = None) -> dict[str, Any]:
         shutil.rmtree(partial, ignore_errors=True)
 
 
-def _submodules(source: Source, repo: Path) -> dict[str, str]:
-    """Every submodule checked out recursively at its recorded commit, and checked against the recipe's pins."""
-    r = _git("submodule", "update", "--init", "--recursive", cwd=repo)
+def _rewritten(url: str) -> str:
+    """" through URL2" where git's insteadOf rewrites url (a mirror), else "": what git really tried."""
+    r = _git("ls-remote", "--get-url", url, timeout=30)
+    got = r.stdout.strip() if r.ok else ""
+    return f" (git rewrites it to {got}, through url.<base>.insteadOf)" if got and got != url else ""
+
+
+def _submodules(source: Source, repo: Path, *, force: bool = False) -> dict[str, str]:
+    """Every submodule checked out recursively at its recorded commit, and checked against the recipe's pins;
+    force: also undo any edit in them (their files from their objects, untracked files removed)."""
+    r = _git("submodule", "update", "--init", "--recursive", *(["--force"] if force else []), cwd=repo)
     if not r.ok:
         bad = re.search(r"(?:clone of|Unable to fetch in submodule path|in submodule path) '([^']+)'", r.stderr + r.stdout)
         path = bad.group(1) if bad else None
@@ -156,6 +168,8 @@ def _submodules(source: Source, repo: Path) -> dict[str, str]:
         urls = ", ".join(line.split()[-1] for line in url.splitlines()) or "(see .gitmodules)"
         raise RecipeError(f"{source.origin} at {source.commit[:12]}: fetching{where} failed ({_last(r)}); mirror the "
                           f"submodules' repositories ({urls}) at the commits the source pins.")
+    if force:
+        _git("submodule", "foreach", "--recursive", "--quiet", "git clean -q -ffdx", cwd=repo, check=True)
     status = _git("submodule", "status", "--recursive", cwd=repo, check=True).stdout
     found = {}
     for line in status.splitlines():
@@ -174,17 +188,56 @@ def _submodules(source: Source, repo: Path) -> dict[str, str]:
 
 # --------------------------------------------------------------------------- the build context
 
+def restore(source: Source, repo: Path) -> dict[str, Any]:
+    """A copy of source's fetched checkout made its verified commit again by git itself: tracked files from the
+    object store (any edit undone), untracked files removed, every submodule likewise at the commit its parent
+    records; the commits checked against the recipe's pins. Returns what was verified: the build's provenance."""
+    if not _git("reset", "-q", "--hard", source.commit, cwd=repo).ok:
+        raise RecipeError(f"the cached checkout of {source.origin} lacks commit {source.commit}: it is damaged; "
+                          f"delete {cached(source)} and build again (it is fetched afresh).")
+    _git("clean", "-q", "-ffdx", cwd=repo, check=True)
+    subs = _submodules(source, repo, force=True)
+    head = _git("rev-parse", "HEAD", cwd=repo, check=True).stdout.strip()
+    if head != source.commit:
+        raise RecipeError(f"{source.origin} checked out {head}, not the recipe's {source.commit}.")
+    return {"url": source.origin, "commit": head, "submodules": subs}
+
+
+def _fresh_copy(source: Source, dest: Path) -> dict[str, Any]:
+    shutil.copytree(cached(source), dest, symlinks=True, dirs_exist_ok=True, ignore=shutil.ignore_patterns(VERIFIED))
+    return restore(source, dest)
+
+
 def prepare(recipe: Recipe, tree: Path, out: Any = None) -> dict[str, Any]:
-    """Fetch every source, copy it under tree/, apply the patches; return the sources' provenance."""
-    provenance = {s.name: fetch(s, out) for s in recipe.sources}
+    """Every source fetched (once), copied fresh under tree/ and verified there, the patches applied in order;
+    returns the sources' provenance, as verified in this very tree."""
     if tree.exists():
         shutil.rmtree(tree)
-    for s in recipe.sources:
-        shutil.copytree(cached(s), tree / s.dest, symlinks=True, dirs_exist_ok=True,
-                        ignore=shutil.ignore_patterns(VERIFIED))
+    provenance = {}
+    for s in recipe.sources:  # in order: a later source's dest may lie inside an earlier one's
+        fetch(s, out)
+        provenance[s.name] = _fresh_copy(s, tree / s.dest)
     for p in recipe.patches:
         apply(recipe, p, tree / _source(recipe, p.source).dest)
     return provenance
+
+
+def scratch(recipe: Recipe, source: Source, before: Patch | None = None) -> Path:
+    """A checkout of source's commit for the user to remake a patch in: the recipe's patches before `before`
+    applied and committed there (so `git diff` shows only the user's change). No build reads it."""
+    path = cache_root() / "recipes" / "scratch" / recipe.name / source.name
+    if path.exists():
+        shutil.rmtree(path)
+    _fresh_copy(source, path)
+    mine = [p for p in recipe.patches if p.source == source.name]
+    earlier = mine[:mine.index(before)] if before in mine else mine
+    for p in earlier:
+        apply(recipe, p, path)
+    if earlier:
+        _git("add", "-A", cwd=path, check=True)
+        proc.run(["git", "commit", "-q", "-m", "the recipe's patches before " + (before.file.name if before else "yours")],
+                 cwd=path, env={**GIT_ENV, **_FOLDER_IDENTITY}, check=True)
+    return path
 
 
 def check_patches(recipe: Recipe) -> list[str]:
@@ -201,10 +254,10 @@ def check_patches(recipe: Recipe) -> list[str]:
             unchecked += [p.file.name for p in mine]
             continue
         with tempfile.TemporaryDirectory(prefix="kl-patches-") as tmp:
-            scratch = Path(tmp) / source.name
-            shutil.copytree(cached(source), scratch, symlinks=True, ignore=shutil.ignore_patterns(VERIFIED))
+            copy = Path(tmp) / source.name
+            _fresh_copy(source, copy)
             for p in mine:
-                apply(recipe, p, scratch)
+                apply(recipe, p, copy)
     return unchecked
 
 
@@ -214,9 +267,13 @@ def apply(recipe: Recipe, patch: Patch, root: Path) -> None:
     if not r.ok:
         where = re.search(r"patch failed: (\S+):(\d+)", r.stderr)
         hunk = f" at {where.group(1)} line {where.group(2)}" if where else f" ({_last(r)})"
-        raise RecipeError(f"patch {patch.file.relative_to(recipe.folder)} does not apply to {patch.source}{hunk}; "
-                          f"remake it against commit {_source(recipe, patch.source).commit[:12]} (a checkout of it is "
-                          f"{cached(_source(recipe, patch.source))}).")
+        source = _source(recipe, patch.source)
+        mine = scratch(recipe, source, patch)
+        name = patch.file.relative_to(recipe.folder)
+        raise RecipeError(f"patch {name} does not apply to {patch.source}{hunk}; remake it against commit "
+                          f"{source.commit[:12]} in {mine} (a checkout of yours, the recipe's earlier patches "
+                          f"committed there; no build reads it): edit, then `git -C {mine} diff > "
+                          f"{recipe.folder / name}`.")
 
 
 def _source(recipe: Recipe, name: str) -> Source:

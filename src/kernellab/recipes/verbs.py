@@ -15,6 +15,14 @@ from . import build as builds
 from . import checks, claims, experiments, inputs, lock, model, read, record, sources, values
 
 
+class Stopped(KeyboardInterrupt):
+    """Ctrl-C during a recipe run, after its record of what ran was written to folder."""
+
+    def __init__(self, folder: Path, ran: int, planned: int):
+        super().__init__(f"stopped after {ran} of {planned} cases; record: {folder}")
+        self.folder, self.ran, self.planned = folder, ran, planned
+
+
 def listing(root: Path = read.RECIPES) -> str:
     rows = []
     for name in read.names(root):
@@ -31,7 +39,7 @@ def check(name: str, *, target: str | None = None) -> str:
     """Validate the recipe, resolve its environment, check this machine: builds and fetches nothing."""
     recipe = read.load(name)
     spec, _ = builds.resolve_target(recipe, target)
-    notes = checks.check_host(recipe, gpus=gpu.host_gpus(), cuda=spec.cuda is not None)
+    notes = checks.check_host(recipe, gpus=gpu.host_gpus(), built=spec.ccs if spec.cuda else ())
     unchecked = sources.check_patches(recipe)
     lines = [f"recipe {recipe.name}: {recipe.paper.title} ({recipe.paper.venue} {recipe.paper.year}) is valid",
              f"  environment: target {spec.target} (CUDA {spec.cuda or 'none'}, torch {spec.torch or ('none' if spec.torch_variant == 'none' else 'from base')}, "
@@ -48,7 +56,23 @@ def check(name: str, *, target: str | None = None) -> str:
     if recipe.requirements.note:
         lines.append(f"  GPUs: {recipe.requirements.note}")
     lines += [f"  note: {n}" for n in notes]
+    lines += ["  values ({name} in steps and experiments):", *_values(spec)]
     return "\n".join(lines)
+
+
+def _values(spec: Any) -> list[str]:
+    """The values a step may use: the target's, and the image's own once its image is built (read once per image,
+    cached); until then those are said to come from the image."""
+    facts: dict[str, str] = {}
+    eng = resolve_engine(None)
+    base = f"kernellab:{spec.target}"
+    if spec.target and eng.answers() and eng.exists(base) and \
+            eng.labels(base).get("kernellab.spec-sha256") == spec.digest:
+        facts = values.probe(eng.image_id(base), eng)
+    from_image = {"python", "python_version", "torch", "cxx11_abi", "llvm_config", "cuda_stub"}
+    known = values.values(spec, {**{k: "" for k in from_image}, **facts})
+    return [f"    {{{k}}} = {known[k] or '(empty)'}" if facts or k not in from_image else
+            f"    {{{k}}} = (read from {base}, which is not built yet)" for k in values.KNOWN]
 
 
 def _origin(i: model.Input) -> str:
@@ -74,7 +98,8 @@ def run(name: str, *, target: str | None = None, k: str | None = None, quick: bo
     chosen = experiments.runnable(selected, cuda=spec.cuda, target=spec.target, recipe=recipe, out=out)
     absent = {e.name: f"not selected by -k {k!r}" for e in recipe.experiments if e not in selected}
     absent |= {e.name: f"it needs CUDA, and target {spec.target} has none" for e in selected if e not in chosen}
-    checks.check_host(recipe, gpus=chosen_gpus, run=gpu_mode is not False, cuda=spec.cuda is not None)
+    checks.check_gpu_mode(recipe, spec, gpu_mode)
+    checks.check_host(recipe, gpus=chosen_gpus, run=True, built=spec.ccs if spec.cuda else ())
     built = builds.build(recipe, target=target, wheelhouse=wheelhouse, engine=eng, out=out)
     out.write(f"image {built.tags[0]} ({'unchanged, not rebuilt' if built.cached else f'built in {built.seconds:.0f} s'})\n")
     env_ = built.env
@@ -88,16 +113,22 @@ def run(name: str, *, target: str | None = None, k: str | None = None, quick: bo
     gpu_name = (about["gpu"] or {}).get("name")
     folder = record.run_folder(recipe.name, gpu_name, results)
     cases: list[experiments.Case] = []
+    planned = len(experiments.planned(chosen, quick))
     try:
         experiments.run_all(chosen, env_.values, image=built.image_id, raw=folder / "raw", quick=quick,
                             runner=runner or experiments.container_runner(gpu_mode, gpu_index, eng), out=out,
                             cases=cases, mounts=lambda e: inputs.mounts(ready, e))
+    except KeyboardInterrupt:
+        raise Stopped(folder, len(cases), planned) from None
     finally:  # interrupted or not, what ran is recorded (claims whose cases did not run say so), and how far it got
-        planned = len(experiments.planned(chosen, quick))
         absent |= {e.name: "the run stopped before it" if len(cases) < planned else "not in --quick's grid" if quick
                    else "not in its grid" for e in chosen}
-        verdicts = _record(recipe, folder, cases, built, about, ready, k=k, quick=quick, eng=eng, planned=planned,
-                           absent=absent)
+        try:
+            verdicts = _record(recipe, folder, cases, built, about, ready, k=k, quick=quick, eng=eng,
+                               planned=planned, absent=absent)
+        except Exception as e:
+            record.salvage(folder, recipe=recipe.name, cases=cases, why=f"writing the record failed ({e})")
+            raise
     return folder, verdicts, cases
 
 
@@ -143,15 +174,19 @@ def shell(name: str, *, step: int | None = None, target: str | None = None, gpu_
                           f"({', '.join(s.name for s in recipe.steps)}).")
     eng = resolve_engine(engine).require()
     built = builds.build(recipe, target=target, upto=step, engine=eng, out=out)
-    sources = (values.context_dir(recipe.name) / "context" / "src").resolve()
+    # The user's own copy of the patched sources: kept between shells, and never read by a build.
+    mine = (values.context_dir(recipe.name) / "sources").resolve()
+    if not mine.is_dir():
+        sources.prepare(recipe, mine, out)
     if step is not None:
         nxt = recipe.steps[step - 1]
         out.write(f"/src is the image as step {step} ({nxt.name}) finds it; that step runs:\n  cd /src/{nxt.cwd} && "
-                  f"{model.substitute(nxt.run, built.env.values)}\n/sources is {sources} (the patched sources, "
-                  f"writable, kept): `git -C {sources} diff` there shows the recipe's patches and your fix; save the "
-                  f"fix as recipes/{recipe.name}/patches/NAME.diff, add it to recipe.toml, build again.\n")
+                  f"{model.substitute(nxt.run, built.env.values)}\n/sources is {mine} (your copy of the patched "
+                  f"sources, writable, kept; no build reads it; delete it for a fresh one): `git -C {mine} diff` there "
+                  f"shows the recipe's patches and your fix; save the fix as recipes/{recipe.name}/patches/NAME.diff, "
+                  f"add it to recipe.toml, build again.\n")
     return runner_module.run(built.image_id, ["bash"], gpu=gpu_mode, gpu_index=gpu_index, interactive=True,
-                          mounts=(f"{sources}:/sources",), engine=eng)
+                          mounts=(f"{mine}:/sources",), engine=eng)
 
 
 def export(name: str, output: Path, *, target: str | None = None, runs: tuple[Path, ...] = (),
@@ -162,10 +197,35 @@ def export(name: str, output: Path, *, target: str | None = None, runs: tuple[Pa
     recipe = read.load(name)
     eng = resolve_engine(engine).require()
     built = builds.build(recipe, target=target, engine=eng, out=out)
+    mine, left = _runs_of(built.image_id, runs or tuple(p.parent for p in sorted((record.RESULTS / recipe.name).glob("*/run.json"))))
+    if runs and left:
+        raise RecipeError(f"{', '.join(str(r) for r, _ in left)} {'was' if len(left) == 1 else 'were'} not run with "
+                          f"the image being exported ({built.image_id[:19]}): {left[0][1]}; export only its runs.")
     bundle = transfer_export.export_image(built.tags[0], output, chunk_size=chunk_size, engine=eng)
     extra = bundle / "recipe"
     shutil.copytree(recipe.folder, extra / recipe.name, ignore=shutil.ignore_patterns("__pycache__"))
-    for r in runs or tuple(p.parent for p in sorted((record.RESULTS / recipe.name).glob("*/run.json"))):
+    for r in mine:
         shutil.copytree(r, extra / "runs" / r.name)
     transfer_export.add_files(bundle, extra)
+    out.write(f"runs packed: {', '.join(r.name for r in mine) or 'none'}\n")
+    for r, why in left:
+        out.write(f"left out: {r.name} ({why})\n")
     return bundle
+
+
+def _runs_of(image_id: str, runs: tuple[Path, ...]) -> tuple[list[Path], list[tuple[Path, str]]]:
+    """The runs made with image_id, finished; and the others with why each is left out."""
+    mine, left = [], []
+    for r in runs:
+        try:
+            data = record.load(r)
+        except RecipeError as e:
+            left.append((r, str(e)))
+            continue
+        if data.get("image", {}).get("id") != image_id:
+            left.append((r, f"made with image {str(data.get('image', {}).get('id'))[:19]}"))
+        elif data.get("stopped_early") or data.get("incomplete"):
+            left.append((r, "stopped early: not a finished run"))
+        else:
+            mine.append(r)
+    return mine, left

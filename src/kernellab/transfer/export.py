@@ -206,13 +206,20 @@ def add_files(bundle: Path, folder: Path) -> None:
                 f"`sha256sum -c {EXTRA_SUMS}`.\n")
 
 
-def verify_files(bundle: Path) -> list[str]:
-    """The files FILES.SHA256SUMS lists that are missing or differ ([] when all match, or there is no list)."""
+def verify_files(bundle: Path, chunks: list[str]) -> list[str]:
+    """The files beside the image that cannot be trusted: those FILES.SHA256SUMS lists that are missing or differ,
+    and any file the bundle holds that is neither the image's (its manifest, sums, README and chunks) nor listed
+    there (so a missing list with files beside the image is every such file). [] when all is as sent."""
     sums = bundle / EXTRA_SUMS
-    bad = []
+    listed: dict[str, str] = {}
     for line in sums.read_text().splitlines() if sums.is_file() else []:
         digest, _, name = line.partition("  ")
-        path = bundle / name
-        if not path.is_file() or hashlib.sha256(path.read_bytes()).hexdigest() != digest:
-            bad.append(name)
+        listed[name] = digest
+    bad = [name for name, digest in listed.items()
+           if not (bundle / name).is_file() or hashlib.sha256((bundle / name).read_bytes()).hexdigest() != digest]
+    own = {MANIFEST, "SHA256SUMS", "README.txt", EXTRA_SUMS, *chunks}
+    for path in sorted(p for p in bundle.rglob("*") if p.is_file()):
+        name = path.relative_to(bundle).as_posix()
+        if name not in own and name not in listed:
+            bad.append(f"{name} (not in {EXTRA_SUMS})")
     return bad

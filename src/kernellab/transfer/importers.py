@@ -81,7 +81,7 @@ def import_bundle(bundle: Path | str, *, to: str | None = None, output: Path | s
     manifest = read_manifest(bundle)
     finish = IMPORTERS[to].plan(Job(bundle, manifest, output, engine))
     verify_bundle(bundle, progress)
-    bad = verify_files(bundle)
+    bad = verify_files(bundle, [c.name for c in manifest.chunks])
     if bad:
         raise TransferError(f"{len(bad)} file(s) that travel with the image in {bundle} are missing or damaged: "
                             f"{', '.join(bad[:6])}; copy them again from the sender; nothing was loaded.")
