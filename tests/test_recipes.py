@@ -606,3 +606,20 @@ def test_a_recipe_build_follows_a_committed_target_lock_and_never_rewrites_it(mo
     with pytest.raises(BuildError, match="nothing was built") as e:
         build.environment(fastop, target="cu128-blackwell", engine=NoImages(), out=__import__("io").StringIO())
     assert seen[-1] == "prefer" and "never rewrites" not in str(e.value), "no lock yet: resolved, and written"
+
+
+def test_a_recipe_may_state_the_oldest_cuda_its_code_builds_with(tmp_path):
+    from kernellab.recipes import build
+
+    folder = write_recipe(tmp_path / "new", {"paper": "a" * 40, "helper": "b" * 40}, target="cu124-debian",
+                          extra='[requirements]\nmin_cuda = "12.0"\n')
+    recipe = read.load(str(folder))
+    assert recipe.requirements.min_cuda == "12.0" and build.resolve_target(recipe)[0].cuda == "12.4"
+    with pytest.raises(RecipeError, match=r"recipe new needs CUDA 12.0 or newer \(requirements.min_cuda\) and target "
+                                          r"cu112-debian11 has CUDA 11.2; choose a target with CUDA 12.0 or newer"):
+        build.resolve_target(recipe, "cu112-debian11")
+    with pytest.raises(RecipeError, match=r"has no CUDA"):
+        build.resolve_target(recipe, "cpu")
+    bad = write_recipe(tmp_path / "bad", {"paper": "a" * 40, "helper": "b" * 40}, extra='[requirements]\nmin_cuda = "12"\n')
+    with pytest.raises(RecipeError, match=r"requirements.min_cuda must be a CUDA version such as \"12.0\""):
+        read.load(str(bad))

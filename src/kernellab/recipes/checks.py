@@ -28,8 +28,20 @@ def _sm(cc: str) -> str:
     return "sm_" + cc.replace(".", "")
 
 
+def _version(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in v.split("."))
+
+
 def check_target(recipe: Recipe, spec: Spec) -> None:
-    """The target builds only for archs the recipe's code supports, and has CUDA when the code needs it."""
+    """The target builds only for archs the recipe's code supports, with a CUDA at least as new as it needs, and has
+    CUDA when the code needs it."""
+    need = recipe.requirements.min_cuda
+    if need and spec.cuda and _version(spec.cuda) < _version(need):
+        raise RecipeError(f"recipe {recipe.name} needs CUDA {need} or newer (requirements.min_cuda) and target "
+                          f"{spec.target or '(inline)'} has CUDA {spec.cuda}; choose a target with CUDA {need} or newer.")
+    if need and not spec.cuda and not recipe.requirements.cpu:
+        raise RecipeError(f"recipe {recipe.name} needs CUDA {need} or newer and target {spec.target or '(inline)'} "
+                          f"has no CUDA; choose a target with CUDA {need} or newer.")
     supported = recipe.requirements.archs
     if not supported or spec.cuda is None and recipe.requirements.cpu:
         return  # any target; or a CPU one for a recipe that also runs on CPU (its CPU experiments)

@@ -40,6 +40,7 @@ class Requirements:
     disk_gb: float | None = None
     note: str = ""                       # which GPUs it runs on, and why (shown by `recipe check`)
     cpu: bool = False                    # it also runs on CPU: a target without CUDA runs its CPU experiments
+    min_cuda: str | None = None          # the oldest CUDA its code builds with ("12.0"); None = any
 
 
 @dataclass(frozen=True)

@@ -150,14 +150,16 @@ def parse(name: str, folder: Path, data: dict[str, Any]) -> Recipe:
         table = env.sub("target").data
     else:
         target = env.text("target", expect='a named target such as "cu124-debian", or an inline table')
-    r = top.sub("requirements", {}).known("archs", "gpu_memory_gb", "ram_gb", "disk_gb", "note", "cpu")
+    r = top.sub("requirements", {}).known("archs", "gpu_memory_gb", "ram_gb", "disk_gb", "note", "cpu", "min_cuda")
     archs = r.strings("archs")
     for a in archs:
         if not re.match(r"^\d+\.\d+$", a):
             raise r.fail("archs", f'lists {a!r}; write compute capabilities such as "8.0"')
     gb = {k: r.get(k, float, None, lambda v: v > 0, "a positive number of GB")
           for k in ("gpu_memory_gb", "ram_gb", "disk_gb")}
-    requirements = Requirements(archs, note=r.text("note", ""), cpu=r.get("cpu", bool, False), **gb)
+    min_cuda = r.get("min_cuda", str, None, lambda v: bool(re.fullmatch(r"\d+\.\d+", v)),
+                     'a CUDA version such as "12.0" (the oldest the code builds with)')
+    requirements = Requirements(archs, note=r.text("note", ""), cpu=r.get("cpu", bool, False), min_cuda=min_cuda, **gb)
     sources = tuple(_source(t, folder) for t in top.items("sources"))
     if not sources:
         raise top.fail("sources", "must name at least one repository ([[sources]] with url or path, and commit)")
