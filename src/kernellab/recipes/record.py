@@ -9,10 +9,10 @@ raw/           every command's output, one file per case and repeat
 from __future__ import annotations
 
 import csv
-import hashlib
 import itertools
 import json
 import socket
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -55,13 +55,20 @@ def machine(chosen: gpu.HostGpu | None) -> dict[str, Any]:
     commit = proc.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], check=False, timeout=30)
     dirty = proc.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"], check=False, timeout=30)
     changed = bool(dirty.stdout.strip()) if dirty.ok else None
-    # Built from a commit plus changes: the changes are named by their hash, so the record names what ran.
-    diff = proc.run(["git", "-C", str(ROOT), "diff", "HEAD", "--binary"], check=False, timeout=60) if changed else None
     return {"gpu": chosen.to_dict() if chosen else None, "driver": chosen.driver if chosen else None,
             "clocks": clocks, "host": socket.gethostname(),
             "kernellab_commit": commit.stdout.strip() if commit.ok else None,
-            "kernellab_dirty": changed,
-            "kernellab_changes_sha256": hashlib.sha256(diff.stdout.encode()).hexdigest() if diff and diff.ok else None}
+            "kernellab_dirty": changed, "kernellab_tree": working_tree() if changed else None}
+
+
+def working_tree() -> str | None:
+    """The git tree of the checkout as it is (every file a commit would take, new ones too): built from a commit
+    plus changes, a record names exactly what ran; committing that state gives a commit with this tree."""
+    with tempfile.TemporaryDirectory(prefix="kl-tree-") as tmp:
+        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        added = proc.run(["git", "-C", str(ROOT), "add", "-A", "."], env=env, check=False, timeout=120)
+        tree = proc.run(["git", "-C", str(ROOT), "write-tree"], env=env, check=False, timeout=60) if added.ok else None
+    return tree.stdout.strip() if tree and tree.ok else None
 
 
 def write(folder: Path, *, provenance: dict[str, Any], cases: Sequence[Case], verdicts: Sequence[Verdict],
@@ -119,8 +126,8 @@ def summary(data: dict[str, Any]) -> str:
              f"- image: `{data['image']['id'][:19]}` (target {data['image']['target']}, recipe hash "
              f"{data['image']['recipe_sha256'][:12]}), kernellab {str(data['machine'].get('kernellab_commit'))[:10]}"
              + (" with uncommitted changes" if data["machine"].get("kernellab_dirty") else "")
-             + (f" (their diff's sha256 {data['machine']['kernellab_changes_sha256'][:12]})"
-                if data["machine"].get("kernellab_changes_sha256") else ""),
+             + (f" (working tree {data['machine']['kernellab_tree'][:12]})" if data["machine"].get("kernellab_tree")
+                else ""),
              "- sources: " + ", ".join(f"{k} {v['commit'][:10]}" + "".join(f", {p} {c[:10]}" for p, c in
                                                                            v.get("submodules", {}).items())
                                        for k, v in data["sources"].items()),
