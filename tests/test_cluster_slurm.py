@@ -134,6 +134,7 @@ def check_test_and_bench(prof: Path, runs: list[Path]) -> dict:
 
 
 @pytest.mark.docker
+@pytest.mark.full  # 150-265 s on 2 cores: the full tier (docs/testing.md)
 def test_test_and_bench_on_slurm_through_docker(slurm, shared: Path, cpu_image: str, runs: list[Path]) -> None:
     record = check_test_and_bench(profile(shared, "docker"), runs)
     # The test run converted the image (a bundle in the shared folder); the bench run found it there.
@@ -142,6 +143,7 @@ def test_test_and_bench_on_slurm_through_docker(slurm, shared: Path, cpu_image: 
 
 
 @pytest.mark.docker
+@pytest.mark.full  # 150-265 s on 2 cores: the full tier (docs/testing.md)
 def test_test_and_bench_on_slurm_through_charliecloud(slurm, shared: Path, cpu_image: str, runs: list[Path]) -> None:
     record = check_test_and_bench(profile(shared, "charliecloud"), runs)
     image = Path(record["image"]["path"])
@@ -171,6 +173,7 @@ def test_a_node_without_the_runtime_fails_fast_saying_which(slurm, shared: Path,
     assert "Traceback" not in out
 
 
+@pytest.mark.full  # about 90 s on 2 cores: the full tier (docs/testing.md)
 def test_failed_and_timed_out_tasks_are_reported_others_kept_and_resume_reruns_only_them(
         slurm, shared: Path, runs: list[Path], tmp_path: Path) -> None:
     flag = tmp_path / "break"

@@ -67,7 +67,7 @@ def recipe(tmp_path_factory) -> model.Recipe:
     return _recipe(tmp_path_factory.mktemp("r") / "fastop")
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(own_ms=ANY_NUMBER, base_ms=ANY_NUMBER, own_gbs=ANY_NUMBER, base_gbs=ANY_NUMBER, sane=st.booleans(),
        gpu=st.sampled_from([None, "NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"]))
 def test_every_claim_gets_a_verdict_with_a_reason_for_any_metric_value(recipe, own_ms, base_ms, own_gbs, base_gbs,
@@ -86,7 +86,7 @@ def test_every_claim_gets_a_verdict_with_a_reason_for_any_metric_value(recipe, o
         assert "a verdict needs a positive finite number" in by_name["n10 speedup"].why
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(own_ms=ANY_NUMBER, base_ms=ANY_NUMBER)
 def test_a_record_is_written_and_read_back_whatever_the_metrics_read(tmp_path_factory, recipe, own_ms, base_ms):
     """A metric of 0 once raised ZeroDivisionError in judging, and the run kept only raw/."""

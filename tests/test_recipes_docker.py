@@ -115,6 +115,11 @@ def test_the_recipe_lock_pins_its_pip_packages_and_update_resolves_them_again(pa
     lock_file = folder / "locks" / "cpu.json"
     assert json.loads(lock_file.read_text())["pip"] == {"klpin": "1.0"}
     assert build.pip_added(first.image_id, DOCKER) == {"klpin": "1.0"}
+    # The first lock changed nothing a step depends on: a step appended afterwards reruns none before it.
+    longer = build.build(read.load(str(write_recipe(folder, commits, pip=("klpin>=1.0",), extra=APPENDED_STEP))),
+                         wheelhouse=wheels, engine=DOCKER, out=io.StringIO())
+    assert _stamp(longer.image_id) == _stamp(first.image_id), "step 1 came from the cache"
+    write_recipe(folder, commits, pip=("klpin>=1.0",))
     # A newer release appears; the lock (not the index) decides what a rebuild installs.
     make_wheel(wheels, "klpin", "1.1")
     again = build.build(read.load(str(folder)), wheelhouse=wheels, no_cache=True, engine=DOCKER, out=io.StringIO())

@@ -143,23 +143,42 @@ def build(recipe: Recipe, *, target: str | None = None, upto: int | None = None,
     lock_sha = lock.write_record(ctx, made_of)
     # BuildKit (Docker 20.10) cannot build FROM a bare image ID: a tag named after the ID stands for it.
     eng.tag(env.base_id, base_ref(env))
-    # --update resolves afresh: a pip line BuildKit has not seen (otherwise it serves the old resolution).
-    fresh = time.strftime("%Y%m%dT%H%M%S") if locking == "update" else None
-    (ctx / "Dockerfile").write_text(dockerfile(recipe, env, provenance, lock_sha, pins, fresh))
     stage = None if upto is None else ("sources" if upto <= 1 else f"step-{upto - 1}")
     tags = (env.tag, f"{REPO}:{recipe.name}") if upto is None else (f"{REPO}:{recipe.name}-before-step-{upto}",)
     logs = home / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     log = logs / f"build-{time.strftime('%Y%m%d-%H%M%S')}.log"
+
+    def run(pinned: list[str] | None, fresh: str | None, target: str | None, tags: tuple[str, ...], what: str) -> str:
+        (ctx / "Dockerfile").write_text(dockerfile(recipe, env, provenance, lock_sha, pinned, fresh))
+        return _buildkit(recipe, env, eng, ctx, log, wheelhouse=wheelhouse, dated=bool(as_of(recipe, env)) and not pinned,
+                         tags=tags, target=target, no_cache=no_cache, what=what, out=out)
+
+    if recipe.pip and pins is None:
+        # Unlocked: resolve the pip packages in a stage of their own and lock them first, so that the pip layer every
+        # build runs is the pinned one: writing the lock (or --update) reruns no step whose packages are the same.
+        # --update resolves afresh: a pip line BuildKit has not seen (otherwise it serves the old resolution).
+        fresh = time.strftime("%Y%m%dT%H%M%S") if locking == "update" else None
+        added = pip_added(run(None, fresh, "sources", (), "its pip packages, to lock them"), eng)
+        written = lock.write(recipe, locked_name, env.spec.digest, added)
+        if written:
+            out.write(f"locked the recipe's pip packages in {written} (commit it: later builds install exactly these)\n")
+        pins = [f"{name}=={version}" for name, version in sorted(added.items())]
+    image_id = run(pins, None, stage, tags, f"the state before step {upto}" if upto else f"{len(recipe.steps)} steps")
+    return Built(recipe.name, image_id, tags, env, False, time.monotonic() - start, log)
+
+
+def _buildkit(recipe: Recipe, env: Environment, eng: Engine, ctx: Path, log: Path, *, wheelhouse: Path | None,
+              dated: bool, tags: tuple[str, ...], target: str | None, no_cache: bool, what: str, out: IO[str]) -> str:
+    """One build of the context's Dockerfile (up to stage `target`), its output shown and appended to log."""
     proxy_args, proxy_env = network.proxy_build_args()
     with tempfile.TemporaryDirectory(prefix="kl-recipe-") as tmp, \
-            network.build_pip_conf(None, wheelhouse, dated=bool(as_of(recipe, env)) and not pins) as pipconf:
+            network.build_pip_conf(None, wheelhouse, dated=dated) as pipconf:
         iid = Path(tmp) / "iid"
         argv, build_env = eng.build_argv(ctx, iidfile=iid, tags=tags, secrets={"pipconf": pipconf},
-                                         build_args=proxy_args, no_cache=no_cache, target=stage)
-        what = f"the state before step {upto}" if upto else f"{len(recipe.steps)} steps"
+                                         build_args=proxy_args, no_cache=no_cache, target=target)
         out.write(f"building recipe {recipe.name} ({what}) FROM {env.base} with {eng.name}; log: {log}\n")
-        with open(log, "w") as f:
+        with open(log, "a") as f:
             steps = builder.BuildSteps(_Tee(out, f))  # type: ignore[arg-type]  # write, flush and isatty are all it uses
             try:
                 proc.run(argv, stream=True, out=steps, env={**build_env, **proxy_env})
@@ -167,12 +186,7 @@ def build(recipe: Recipe, *, target: str | None = None, upto: int | None = None,
                 raise _failure(recipe, log, e) from None
             finally:
                 steps.close()
-        image_id = builder.read_iid(iid)
-    if upto is None:
-        written = lock.write(recipe, locked_name, env.spec.digest, pip_added(image_id, eng))
-        if written:
-            out.write(f"locked the recipe's pip packages in {written} (commit it: later builds install exactly these)\n")
-    return Built(recipe.name, image_id, tags, env, False, time.monotonic() - start, log)
+        return builder.read_iid(iid)
 
 
 class _Tee:
