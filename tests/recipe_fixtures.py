@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import textwrap
+import uuid
 from pathlib import Path
 
 FAKE_URL = "https://github.com/paper-lab/fastop"
@@ -32,6 +33,9 @@ def make_mirror(root: Path) -> dict[str, str]:
     paper.mkdir()
     git("init", "-q", "-b", "main", cwd=paper)
     (paper / "build.sh").write_text("set -e\nmkdir -p out\necho 'SPEED=2' > out/config\n")
+    # A token of this test's own: its build's layers are its own too, so a layer cached by another run of the tests
+    # (a step is not deterministic: `date`) never stands in for one this test builds and compares.
+    (paper / "run-id").write_text(uuid.uuid4().hex + "\n")
     (paper / "bench.sh").write_text(textwrap.dedent("""\
         set -e
         . out/config
