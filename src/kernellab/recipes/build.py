@@ -87,10 +87,11 @@ def environment(recipe: Recipe, *, target: str | None = None, engine: Engine | N
     eng = resolve_engine(engine).require()
     spec, matrix = resolve_target(recipe, target)
     base = f"kernellab:{spec.target}"
-    if not eng.exists(base) or eng.labels(base).get("kernellab.spec-sha256") != spec.digest:
+    if target_image(spec, eng) is None:
         # A committed lock is followed exactly: a recipe build never rewrites a tracked file (a lock that no longer
         # resolves is one sentence naming what moved, with the remedies); without one, the build resolves and writes it.
-        committed = builder.lock_path(spec, builder.LOCK_DIR).is_file()
+        locked = builder.lock_path(spec, builder.LOCK_DIR)
+        committed = locked.is_file()
         out.write(f"{base} is not built for this spec yet; building it first"
                   f"{' from its lock' if committed else ''}\n")
         try:
@@ -99,7 +100,7 @@ def environment(recipe: Recipe, *, target: str | None = None, engine: Engine | N
         except BuildError as e:
             if not committed:
                 raise
-            raise BuildError(f"{e} The recipe build follows {shown(builder.lock_path(spec, builder.LOCK_DIR))} and "
+            raise BuildError(f"{e} The recipe build follows {shown(locked)} and "
                              f"never rewrites it: `invoke build-image --target {spec.target} --update` resolves the "
                              f"target afresh (commit the new lock), or point KERNELLAB_DEBIAN_MIRROR at a snapshot "
                              f"that still has the locked packages.") from None
@@ -107,6 +108,14 @@ def environment(recipe: Recipe, *, target: str | None = None, engine: Engine | N
     vals = values.values(spec, values.probe(base_id, eng))
     blob = json.dumps({"format": FORMAT, "recipe": recipe.digest(), "base": base_id, "values": vals}, sort_keys=True).encode()
     return Environment(spec, base, base_id, vals, hashlib.sha256(blob).hexdigest())
+
+
+def target_image(spec: Spec, eng: Engine) -> str | None:
+    """The ID of `kernellab:<target>` when it is built for exactly this spec, else None."""
+    base = f"kernellab:{spec.target}"
+    if eng.exists(base) and eng.labels(base).get("kernellab.spec-sha256") == spec.digest:
+        return eng.image_id(base)
+    return None
 
 
 def find_built(recipe: Recipe, env: Environment, engine: Engine | None = None) -> str | None:

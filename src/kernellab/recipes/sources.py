@@ -77,8 +77,7 @@ def folder_commit(folder: Path) -> str:
                              "-c", "core.fileMode=true", *args], env={**GIT_ENV, **env}, check=True).stdout.strip()
 
         git("add", "-A", ".")
-        commit = proc.run(["git", "commit-tree", git("write-tree"), "-m", "a folder of a kernellab recipe"],
-                          env={**GIT_ENV, **env}, check=True).stdout.strip()
+        commit = git("commit-tree", git("write-tree"), "-m", "a folder of a kernellab recipe")
         git("update-ref", f"refs/heads/c{commit}", commit)
     return commit
 
@@ -93,13 +92,6 @@ def _remote(source: Source) -> str:
                           f"{source.commit}: its files changed since the recipe pinned them. If the change is meant, "
                           f'pin it (commit = "{made}").')
     return str(_folder_store())
-
-
-def verify_folders(recipe: Recipe) -> None:
-    """Every folder source's files checked against its pinned commit (cheap: git hashes a small folder)."""
-    for s in recipe.sources:
-        if s.folder is not None:
-            _remote(s)
 
 
 def fetched(source: Source) -> dict[str, Any] | None:
@@ -135,11 +127,7 @@ def fetch(source: Source, out: Any = None) -> dict[str, Any]:
         if not _git("checkout", "-q", "--detach", source.commit, cwd=partial).ok:
             raise RecipeError(f"{source.origin} has no commit {source.commit}; check the recipe's commit, or mirror "
                               f"that commit (the mirror may hold another).")
-        subs = _submodules(source, partial)
-        head = _git("rev-parse", "HEAD", cwd=partial, check=True).stdout.strip()
-        if head != source.commit:
-            raise RecipeError(f"{source.origin} checked out {head}, not the recipe's {source.commit}.")
-        verified = {"url": source.origin, "commit": head, "submodules": subs}
+        verified = restore(source, partial)
         (partial / VERIFIED).write_text(json.dumps(verified, indent=2, sort_keys=True) + "\n")
         if dest.exists():
             shutil.rmtree(dest)
@@ -156,10 +144,10 @@ def _rewritten(url: str) -> str:
     return f" (git rewrites it to {got}, through url.<base>.insteadOf)" if got and got != url else ""
 
 
-def _submodules(source: Source, repo: Path, *, force: bool = False) -> dict[str, str]:
-    """Every submodule checked out recursively at its recorded commit, and checked against the recipe's pins;
-    force: also undo any edit in them (their files from their objects, untracked files removed)."""
-    r = _git("submodule", "update", "--init", "--recursive", *(["--force"] if force else []), cwd=repo)
+def _submodules(source: Source, repo: Path) -> dict[str, str]:
+    """Every submodule checked out recursively at its recorded commit, any edit in them undone (their files from
+    their objects, untracked files removed), and checked against the recipe's pins."""
+    r = _git("submodule", "update", "--init", "--recursive", "--force", cwd=repo)
     if not r.ok:
         bad = re.search(r"(?:clone of|Unable to fetch in submodule path|in submodule path) '([^']+)'", r.stderr + r.stdout)
         path = bad.group(1) if bad else None
@@ -168,8 +156,7 @@ def _submodules(source: Source, repo: Path, *, force: bool = False) -> dict[str,
         urls = ", ".join(line.split()[-1] for line in url.splitlines()) or "(see .gitmodules)"
         raise RecipeError(f"{source.origin} at {source.commit[:12]}: fetching{where} failed ({_last(r)}); mirror the "
                           f"submodules' repositories ({urls}) at the commits the source pins.")
-    if force:
-        _git("submodule", "foreach", "--recursive", "--quiet", "git clean -q -ffdx", cwd=repo, check=True)
+    _git("submodule", "foreach", "--recursive", "--quiet", "git clean -q -ffdx", cwd=repo, check=True)
     status = _git("submodule", "status", "--recursive", cwd=repo, check=True).stdout
     found = {}
     for line in status.splitlines():
@@ -196,7 +183,7 @@ def restore(source: Source, repo: Path) -> dict[str, Any]:
         raise RecipeError(f"the cached checkout of {source.origin} lacks commit {source.commit}: it is damaged; "
                           f"delete {cached(source)} and build again (it is fetched afresh).")
     _git("clean", "-q", "-ffdx", cwd=repo, check=True)
-    subs = _submodules(source, repo, force=True)
+    subs = _submodules(source, repo)
     head = _git("rev-parse", "HEAD", cwd=repo, check=True).stdout.strip()
     if head != source.commit:
         raise RecipeError(f"{source.origin} checked out {head}, not the recipe's {source.commit}.")

@@ -34,6 +34,9 @@ KNOWN = {
     "cuda_stub": "the toolkit's link-time libcuda.so stub, for CMake's CUDA_CUDA_LIB (empty where it has none)",
 }
 
+#: The values read from the target's image (the probe below); the rest follow from the spec.
+FROM_IMAGE = ("cxx11_abi", "python", "python_version", "torch", "llvm_config", "cuda_stub")
+
 _PROBE = r"""
 import glob, json, shutil, sys, sysconfig
 out = {"python": sys.executable, "python_version": "%d.%d" % sys.version_info[:2], "torch": "", "cxx11_abi": "",

@@ -63,16 +63,12 @@ def check(name: str, *, target: str | None = None) -> str:
 def _values(spec: Any) -> list[str]:
     """The values a step may use: the target's, and the image's own once its image is built (read once per image,
     cached); until then those are said to come from the image."""
-    facts: dict[str, str] = {}
     eng = resolve_engine(None)
-    base = f"kernellab:{spec.target}"
-    if spec.target and eng.answers() and eng.exists(base) and \
-            eng.labels(base).get("kernellab.spec-sha256") == spec.digest:
-        facts = values.probe(eng.image_id(base), eng)
-    from_image = {"python", "python_version", "torch", "cxx11_abi", "llvm_config", "cuda_stub"}
-    known = values.values(spec, {**{k: "" for k in from_image}, **facts})
-    return [f"    {{{k}}} = {known[k] or '(empty)'}" if facts or k not in from_image else
-            f"    {{{k}}} = (read from {base}, which is not built yet)" for k in values.KNOWN]
+    image = builds.target_image(spec, eng) if spec.target and eng.answers() else None
+    facts = values.probe(image, eng) if image else {}
+    known = values.values(spec, {**{k: "" for k in values.FROM_IMAGE}, **facts})
+    return [f"    {{{k}}} = {known[k] or '(empty)'}" if facts or k not in values.FROM_IMAGE else
+            f"    {{{k}}} = (read from kernellab:{spec.target}, which is not built yet)" for k in values.KNOWN]
 
 
 def _origin(i: model.Input) -> str:
