@@ -110,3 +110,28 @@ def test_a_targets_image_is_inspected_once_and_travels_as_a_value(monkeypatch) -
     argv = runner.run_argv(found, ["true"], user=(1, 1), engine=eng)
     assert asked == ["kernellab:cpu"], "one inspect for the lookup, none for the container's command line"
     assert argv[argv.index("KERNELLAB_IMAGE_ID=sha256:c0ffee") - 1] == "-e" and "kernellab:cpu" in argv
+
+
+def test_a_job_with_an_output_file_a_scratch_folder_and_a_timeout_runs_natively(tmp_path) -> None:
+    """A recipe case on a cluster node: its output to a file, $KERNELLAB_OUT its scratch folder, stopped at its
+    timeout with exit code 124 (the job runs far longer than it is given: no timing race)."""
+    out, scratch = tmp_path / "case.txt", tmp_path / "scratch"
+    scratch.mkdir()
+    job = jobs.Job("recipe-case", ("bash", "-c", 'echo "out=$KERNELLAB_OUT"; echo made > "$KERNELLAB_OUT/f"; exit 3'),
+                   output=out, scratch=scratch, timeout=600)
+    assert places.Native().run(job) == 3
+    assert out.read_text() == f"out={scratch.resolve()}\n" and (scratch / "f").read_text() == "made\n"
+    slow = jobs.Job("recipe-case", ("bash", "-c", "echo started; exec sleep 600"), output=out, timeout=0.5)
+    assert places.Native().run(slow) == 124 and out.read_text() == "started\n"
+    with pytest.raises(UsageError, match="only a container can"):
+        places.Native().run(jobs.Job("recipe-input", ("true",), mounts=("/a:/b",), output=out))
+
+
+def test_a_recipe_case_and_a_recipe_task_are_jobs_like_any_other(tmp_path) -> None:
+    case = jobs.recipe_case("./bench 10", "build", output=tmp_path / "o.txt", scratch=tmp_path, timeout=60,
+                            mounts=("/data:/inputs/g:ro",))
+    assert case.argv == ("bash", "-eo", "pipefail", "-c", "cd /src/build\n./bench 10") and case.gpu
+    assert (case.timeout, case.mounts) == (60, ("/data:/inputs/g:ro",))
+    argv, env = task_argv("recipe", "run1", "h100", "tiled", command=("/repo/recipes/demo",), quick=True)
+    assert argv == list(jobs.recipe_task("/repo/recipes/demo", "tiled", out="results/run1/h100/tiled", quick=True).argv)
+    assert argv[:3] == ["python", "-m", "kernellab.recipes.task"] and env["KERNELLAB_RESULTS"] == "results/run1/h100/tiled"

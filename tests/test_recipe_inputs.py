@@ -22,16 +22,20 @@ from recipe_fixtures import write_recipe
 COMMITS = {"paper": "a" * 40, "helper": "b" * 40}
 
 
-def bash_in_image(calls: list[str]):
-    """Run the command here: each mount HOST:/PATH[:ro] is PATH rewritten to HOST."""
-    def run(image: str, argv: list[str], *, out, mounts=()):
-        command = argv[-1]
-        for m in mounts:
+class bash_in_image:
+    """A place that runs the job's command here: each mount HOST:/PATH[:ro] is PATH rewritten to HOST."""
+
+    def __init__(self, calls: list[str]):
+        self.calls = calls
+
+    def run(self, job) -> int:
+        command = job.argv[-1]
+        for m in job.mounts:
             host, inside = m.split(":")[:2]
             command = command.replace(inside, host)
-        calls.append(command)
-        return subprocess.run(["bash", "-c", command], stdout=out, stderr=subprocess.STDOUT).returncode
-    return run
+        self.calls.append(command)
+        with open(job.output, "w") as out:
+            return subprocess.run(["bash", "-c", command], stdout=out, stderr=subprocess.STDOUT).returncode
 
 
 INPUTS = """
@@ -115,10 +119,10 @@ def test_the_download_is_checked_against_its_sha256_and_made_once(tmp_path, cach
     recipe = _recipe(tmp_path, url=url, sha=sha)
     calls: list[str] = []
     out = io.StringIO()
-    ready = inputs.prepare_all(recipe, ["graph"], image="img", run=bash_in_image(calls), out=out)["graph"]
+    ready = inputs.prepare_all(recipe, ["graph"], place=bash_in_image(calls), out=out)["graph"]
     assert ready.kind == inputs.DATA and (ready.folder / "graph.txt").read_text() == "the real graph\n"
     assert ready.mount.endswith(":/inputs/graph:ro")
-    again = inputs.prepare_all(recipe, ["graph"], image="img", run=bash_in_image(calls), out=out)["graph"]
+    again = inputs.prepare_all(recipe, ["graph"], place=bash_in_image(calls), out=out)["graph"]
     assert again == ready and not list((cache / "recipes" / "inputs").rglob("*.partial"))
 
 
@@ -126,7 +130,7 @@ def test_a_download_that_does_not_match_is_deleted_and_the_stand_in_is_used_sayi
     url, _ = served
     recipe = _recipe(tmp_path, url=url, sha="0" * 64)
     out = io.StringIO()
-    ready = inputs.prepare_all(recipe, ["graph"], image="img", run=bash_in_image([]), out=out)["graph"]
+    ready = inputs.prepare_all(recipe, ["graph"], place=bash_in_image([]), out=out)["graph"]
     assert ready.kind == inputs.STAND_IN and (ready.folder / "graph.txt").read_text() == "stand-in 1000"
     text = out.getvalue()
     assert "has sha256" in text and "not " + "0" * 64 in text and "using its STAND-IN" in text
@@ -137,7 +141,7 @@ def test_without_a_sha256_the_first_download_records_it_and_later_ones_must_matc
     url, sha = served
     recipe = _recipe(tmp_path, url=url)
     out = io.StringIO()
-    inputs.prepare_all(recipe, ["graph"], image="img", run=bash_in_image([]), out=out)
+    inputs.prepare_all(recipe, ["graph"], place=bash_in_image([]), out=out)
     assert inputs.recorded(recipe)["graph"] == {"url": url, "sha256": sha, "bytes": 15}
     assert "commit it" in out.getvalue()
 
@@ -145,9 +149,9 @@ def test_without_a_sha256_the_first_download_records_it_and_later_ones_must_matc
 def test_no_network_means_the_stand_in_and_quick_means_the_small_one(tmp_path, cache):
     recipe = _recipe(tmp_path)  # port 9: nothing listens
     out = io.StringIO()
-    full = inputs.prepare_all(recipe, ["graph"], image="img", run=bash_in_image([]), out=out)["graph"]
+    full = inputs.prepare_all(recipe, ["graph"], place=bash_in_image([]), out=out)["graph"]
     assert full.kind == inputs.STAND_IN and "could not be downloaded" in out.getvalue()
-    quick = inputs.prepare_all(recipe, ["graph"], image="img", run=bash_in_image([]), quick=True, out=out)["graph"]
+    quick = inputs.prepare_all(recipe, ["graph"], place=bash_in_image([]), quick=True, out=out)["graph"]
     assert quick.kind == inputs.QUICK and (quick.folder / "graph.txt").read_text() == "small\n"
     about = json.loads((quick.folder / "input.json").read_text())
     assert about["kind"] == "quick stand-in" and about["sha256"] == quick.sha256
@@ -156,14 +160,14 @@ def test_no_network_means_the_stand_in_and_quick_means_the_small_one(tmp_path, c
 def test_made_data_is_made_once_and_again_when_its_command_changes(tmp_path, cache):
     recipe = _recipe(tmp_path)
     calls: list[str] = []
-    first = inputs.prepare_all(recipe, ["graph"], image="img", run=bash_in_image(calls), stand_in=True,
+    first = inputs.prepare_all(recipe, ["graph"], place=bash_in_image(calls), stand_in=True,
                                out=io.StringIO())["graph"]
-    inputs.prepare_all(recipe, ["graph"], image="img", run=bash_in_image(calls), stand_in=True, out=io.StringIO())
+    inputs.prepare_all(recipe, ["graph"], place=bash_in_image(calls), stand_in=True, out=io.StringIO())
     assert len(calls) == 1, "the cache serves the second run"
     other = _recipe(tmp_path / "b", extra="")
     (other.folder / "recipe.toml").write_text((other.folder / "recipe.toml").read_text().replace("stand-in 1000", "stand-in 2000"))
     other = read.load(str(other.folder))
-    second = inputs.prepare_all(other, ["graph"], image="img", run=bash_in_image(calls), stand_in=True,
+    second = inputs.prepare_all(other, ["graph"], place=bash_in_image(calls), stand_in=True,
                                 out=io.StringIO())["graph"]
     assert second.folder != first.folder and len(calls) == 2
 
@@ -171,19 +175,21 @@ def test_made_data_is_made_once_and_again_when_its_command_changes(tmp_path, cac
 def test_a_failing_command_names_its_log_and_leaves_no_half_made_data(tmp_path, cache):
     recipe = _recipe(tmp_path)
 
-    def failing(image, argv, *, out, mounts=()):
-        out.write("Traceback: MemoryError\n")
-        return 1
+    class failing:
+        @staticmethod
+        def run(job):
+            job.output.write_text("Traceback: MemoryError\n")
+            return 1
 
     with pytest.raises(RecipeError, match=r"(?s)making input graph \(stand-in.*exit code 1.*MemoryError"):
-        inputs.prepare_all(recipe, ["graph"], image="img", run=failing, stand_in=True, out=io.StringIO())
+        inputs.prepare_all(recipe, ["graph"], place=failing, stand_in=True, out=io.StringIO())
     assert not [p for p in (cache / "recipes" / "inputs").rglob("*") if p.is_dir() and p.name.startswith("stand-in-")
                 and not p.name.endswith(".partial")]
 
 
 def test_claims_on_an_experiment_that_read_a_stand_in_are_not_run(tmp_path, cache):
     recipe = _recipe(tmp_path)
-    ready = inputs.prepare_all(recipe, ["graph"], image="img", run=bash_in_image([]), quick=True, out=io.StringIO())
+    ready = inputs.prepare_all(recipe, ["graph"], place=bash_in_image([]), quick=True, out=io.StringIO())
     made = inputs.stand_ins(recipe, ready)
     assert made == {"fastop": "graph was a quick stand-in: a small random graph"}
     verdicts = claims.judge(recipe, [], gpu_name="H100", stand_ins=made)

@@ -2,8 +2,11 @@
 patches, experiments' metrics and sanity patterns (a recording runner), claims' verdicts (synthetic cases)."""
 from __future__ import annotations
 
+import dataclasses
+import io
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -11,7 +14,7 @@ import pytest
 from kernellab.errors import RecipeError
 from kernellab.recipes import claims, experiments, model, read, sources
 from kernellab.recipes.experiments import Case
-from recipe_fixtures import make_mirror, mirror_env, write_recipe
+from recipe_fixtures import git, make_mirror, mirror_env, write_recipe
 
 
 @pytest.fixture
@@ -96,7 +99,42 @@ def test_sources_come_through_the_mirror_with_submodules_verified(paper):
     sources.prepare(recipe, tree)
     assert "SPEED=5" in (tree / "build.sh").read_text()          # the patch applied
     assert (tree / "third/helper/helper.sh").is_file()             # the submodule checked out
-    assert sources.fetched(recipe.sources[0]) == got               # cached: no second fetch
+    assert sources.fetched(recipe.sources[0])                      # in the stores: no second fetch
+    said = io.StringIO()
+    assert sources.fetch(recipe.sources[0], said) == got and said.getvalue() == ""
+    # The tree stands alone (no alternates into the store): it is copied into a build context.
+    for repo in (tree, tree / "third/helper"):
+        assert not (repo / ".git/objects/info/alternates").exists()
+
+
+def test_two_commits_of_one_url_share_its_store_and_a_held_commit_needs_no_remote(paper):
+    root, commits = paper
+    work = root / "work-paper"
+    (work / "bench.sh").write_text((work / "bench.sh").read_text() + "echo second\n")
+    git("commit", "-qam", "second", cwd=work)
+    git("push", "-q", str(root / "mirror/paper-lab/fastop.git"), "HEAD:refs/heads/main", cwd=work)
+    second = git("rev-parse", "HEAD", cwd=work)
+    one = read.load(str(write_recipe(root / "r1" / "fastop", commits)))
+    two = read.load(str(write_recipe(root / "r2" / "fastop", {**commits, "paper": second})))
+    said = io.StringIO()
+    sources.fetch(one.sources[0], said)
+    assert said.getvalue().count("fetching") == 2, "the paper and its submodule, once each"
+    said = io.StringIO()
+    sources.fetch(two.sources[0], said)
+    assert said.getvalue() == f"fetching https://github.com/paper-lab/fastop at {second[:12]}\n", "the helper is held"
+    assert sources.object_store(one.sources[0]) == sources.object_store(two.sources[0])
+    assert sorted(p.name for p in (root / "cache/recipes/objects").iterdir()) == [
+        "github.com_paper-lab_fastop.git", "github.com_paper-lab_helper.git"]
+    (root / "mirror").rename(root / "mirror-gone")  # the remote is unreachable now: held commits need it not
+    for recipe, tree in ((one, root / "t1"), (two, root / "t2")):
+        said = io.StringIO()
+        got = sources.prepare(recipe, tree, said)
+        assert said.getvalue() == "" and got["fastop"]["commit"] == recipe.sources[0].commit
+    assert "echo second" in (root / "t2/bench.sh").read_text() and "echo second" not in (root / "t1/bench.sh").read_text()
+    third = read.load(str(write_recipe(root / "r3" / "fastop", {**commits, "paper": "3" * 40})))
+    with pytest.raises(RecipeError, match=r"cannot fetch https://github.com/paper-lab/fastop .*mirror that repository "
+                                          r"with commit 3{40}"):
+        sources.fetch(third.sources[0])
 
 
 def test_a_commit_the_mirror_lacks_is_named(paper):
@@ -138,29 +176,75 @@ def test_a_mistyped_commit_sharing_the_first_12_digits_is_not_served_from_the_ca
         sources.prepare(bad, root / "tree")
 
 
-def test_an_edit_in_the_cached_checkout_reaches_no_build_tree(paper):
-    """The patch hint once sent users into the cache; what they edited there reached later images."""
-    root, commits = paper
-    recipe = read.load(str(write_recipe(root / "r" / "fastop", commits)))
-    sources.fetch(recipe.sources[0])
-    cache = sources.cached(recipe.sources[0])
-    (cache / "build.sh").write_text("echo tampered\n")
-    (cache / "extra.sh").write_text("echo untracked\n")
-    (cache / "third/helper/helper.sh").write_text("echo tampered-too\n")
-    got = sources.prepare(recipe, root / "tree")
-    assert got["fastop"]["commit"] == commits["paper"]
-    assert (root / "tree/build.sh").read_text().endswith("echo 'SPEED=5' > out/config\n"), "pristine, then patched"
-    assert not (root / "tree/extra.sh").exists()
-    assert (root / "tree/third/helper/helper.sh").read_text() == "echo helper-ok\n"
+def _pristine(recipe: model.Recipe, tree: Path, commits: dict[str, str], out: io.StringIO | None = None) -> None:
+    """A tree prepared afresh: the source's commit, patched, the submodule at its commit; nothing else."""
+    got = sources.prepare(recipe, tree, out)
+    assert got["fastop"]["commit"] == commits["paper"] and got["fastop"]["submodules"] == {"third/helper": commits["helper"]}
+    assert (tree / "build.sh").read_text().endswith("echo 'SPEED=5' > out/config\n"), "pristine, then patched"
+    assert not (tree / "extra.sh").exists()
+    assert (tree / "third/helper/helper.sh").read_text() == "echo helper-ok\n"
+    assert git("rev-parse", "HEAD", cwd=tree) == commits["paper"]
+    assert git("rev-parse", "HEAD", cwd=tree / "third/helper") == commits["helper"]
 
 
-def test_a_changed_submodule_pin_is_refused_with_a_warm_cache_too(paper):
+def test_every_tree_is_made_fresh_and_no_edit_in_an_earlier_tree_or_a_store_reaches_it(paper):
+    """The patch hint once sent users into a cached checkout; what they edited there reached later images."""
     root, commits = paper
     recipe = read.load(str(write_recipe(root / "r" / "fastop", commits)))
-    sources.prepare(recipe, root / "tree")          # the cache is warm now
+    first = root / "tree"
+    _pristine(recipe, first, commits)
+    # An earlier tree edited, a file added, a commit made in it: the next tree is made from the store, not from it.
+    (first / "build.sh").write_text("echo tampered\n")
+    (first / "extra.sh").write_text("echo untracked\n")
+    (first / "third/helper/helper.sh").write_text("echo tampered-too\n")
+    git("add", "-A", cwd=first)
+    git("commit", "-qm", "tampered", cwd=first)
+    _pristine(recipe, root / "tree2", commits)
+    # The store's refs moved to a tampered commit: trees are made by commit, refs name nothing a build reads.
+    store = sources.object_store(recipe.sources[0])
+    bad = git("--git-dir", str(store), "commit-tree", "4b825dc642cb6eb9a060e54bf8d69288fbee4904", "-m", "tampered",
+              cwd=root)  # a commit of the empty tree
+    for ref in git("--git-dir", str(store), "for-each-ref", "--format=%(refname)", cwd=root).split():
+        git("--git-dir", str(store), "update-ref", ref, bad, cwd=root)
+    _pristine(recipe, root / "tree3", commits)
+    # Its objects gone (a half-deleted cache): fetched again, through the mirror.
+    for pack in (store / "objects/pack").iterdir():
+        pack.unlink()
+    assert not sources.fetched(recipe.sources[0])
+    said = io.StringIO()
+    _pristine(recipe, root / "tree4", commits, said)
+    assert said.getvalue() == f"fetching https://github.com/paper-lab/fastop at {commits['paper'][:12]}\n"
+    # An object damaged in place: an error naming the store, never another tree.
+    pack = next((store / "objects/pack").glob("*.pack"))
+    data = bytearray(pack.read_bytes())
+    for i in range(len(data) // 2, len(data) - 20):
+        data[i] ^= 0x5A
+    pack.chmod(0o644)
+    pack.write_bytes(bytes(data))
+    with pytest.raises(RecipeError, match=rf"the object store {store} cannot give commit {commits['paper']} .*damaged; "
+                                          r"delete it and build again"):
+        sources.prepare(recipe, root / "tree5")
+    shutil.rmtree(store)
+    _pristine(recipe, root / "tree6", commits)
+
+
+def test_a_changed_submodule_pin_is_refused_with_a_warm_store_too(paper):
+    root, commits = paper
+    recipe = read.load(str(write_recipe(root / "r" / "fastop", commits)))
+    sources.prepare(recipe, root / "tree")          # the stores are warm now
+    (root / "mirror").rename(root / "mirror-gone")  # and nothing is fetched again
     changed = read.load(str(write_recipe(root / "r2" / "fastop", {**commits, "helper": "2" * 40})))
     with pytest.raises(RecipeError, match=r"submodule third/helper is at [0-9a-f]{40}, not the recipe's 2{40}"):
         sources.prepare(changed, root / "tree2")
+    with pytest.raises(RecipeError, match=r"submodule third/helper is at [0-9a-f]{40}, not the recipe's 2{40}"):
+        sources.fetch(changed.sources[0])
+    folder = write_recipe(root / "r3" / "fastop", commits)
+    text = (folder / "recipe.toml").read_text()
+    (folder / "recipe.toml").write_text(text.replace('"third/helper" =', '"third/helpr" ='))
+    with pytest.raises(RecipeError, match=r"has no submodule third/helpr \(it has: third/helper\)"):
+        sources.prepare(read.load(str(folder)), root / "tree3")
+    assert not (root / "tree2").exists() and sources.prepare(recipe, root / "tree4")["fastop"]["submodules"] == {
+        "third/helper": commits["helper"]}
 
 
 def test_a_submodule_at_another_commit_than_the_recipes_is_refused(paper):
@@ -168,6 +252,62 @@ def test_a_submodule_at_another_commit_than_the_recipes_is_refused(paper):
     recipe = read.load(str(write_recipe(root / "r" / "fastop", {**commits, "helper": "2" * 40})))
     with pytest.raises(RecipeError, match=r"submodule third/helper is at [0-9a-f]{40}, not the recipe's 2{40}"):
         sources.fetch(recipe.sources[0])
+
+
+def test_nested_submodules_with_relative_urls_are_fetched_into_stores_of_their_own_as_git_would(paper):
+    """helper gets a submodule of its own at `../deep.git` (relative to helper's URL, as git reads it); the paper
+    records that helper commit. The provenance names the nested path from the top, as `git submodule status
+    --recursive` does, and the tree is what a recursive clone through the same mirror checks out."""
+    import os
+    import subprocess
+
+    root, commits = paper
+    mirror = root / "mirror/paper-lab"
+    deep = root / "work-deep"
+    deep.mkdir()
+    git("init", "-q", "-b", "main", cwd=deep)
+    (deep / "deep.txt").write_text("deep-ok\n")
+    git("add", ".", cwd=deep)
+    git("commit", "-qm", "deep", cwd=deep)
+    git("clone", "-q", "--bare", str(deep), str(mirror / "deep.git"), cwd=root)
+    helper = root / "work-helper"
+    git("submodule", "add", "-q", str(mirror / "deep.git"), "third_party/deep", cwd=helper)
+    git("config", "-f", ".gitmodules", "submodule.third_party/deep.url", "../deep.git", cwd=helper)
+    git("add", ".", cwd=helper)
+    git("commit", "-qm", "a submodule of its own", cwd=helper)
+    git("push", "-q", str(mirror / "helper.git"), "HEAD:refs/heads/main", cwd=helper)
+    work = root / "work-paper"
+    helper2 = git("rev-parse", "HEAD", cwd=helper)
+    git("update-index", "--cacheinfo", f"160000,{helper2},third/helper", cwd=work)
+    git("commit", "-qm", "helper moved on", cwd=work)
+    git("push", "-q", str(mirror / "fastop.git"), "HEAD:refs/heads/main", cwd=work)
+    now = {"paper": git("rev-parse", "HEAD", cwd=work), "helper": helper2}
+    recipe = read.load(str(write_recipe(root / "r" / "fastop", now)))
+    got = sources.prepare(recipe, root / "tree")["fastop"]
+    nested = {"third/helper": helper2, "third/helper/third_party/deep": git("rev-parse", "HEAD", cwd=deep)}
+    assert got["submodules"] == nested
+    assert (root / "tree/third/helper/third_party/deep/deep.txt").read_text() == "deep-ok\n"
+    assert sorted(p.name for p in (root / "cache/recipes/objects").iterdir()) == [
+        "github.com_paper-lab_deep.git", "github.com_paper-lab_fastop.git", "github.com_paper-lab_helper.git"]
+
+    def run(*args: str, cwd: Path) -> str:
+        return subprocess.run(["git", "-c", "protocol.file.allow=always", *args], cwd=cwd, check=True, text=True,
+                              capture_output=True, env={**os.environ, "HOME": str(root)}).stdout
+    run("clone", "-q", "--recurse-submodules", "https://github.com/paper-lab/fastop", "clone", cwd=root)
+    status = run("submodule", "status", "--recursive", cwd=root / "clone")
+    assert {line.split()[1]: line.split()[0].lstrip("+-") for line in status.splitlines()} == nested
+    assert run("ls-files", cwd=root / "tree/third/helper") == run("ls-files", cwd=root / "clone/third/helper")
+
+
+@pytest.mark.parametrize("base, url, want", [
+    ("https://github.com/a/b", "../c.git", "https://github.com/a/c.git"),
+    ("https://github.com/a/b.git", "./c", "https://github.com/a/b.git/c"),
+    ("https://github.com/a/b/", "../../x/c", "https://github.com/x/c"),
+    ("git@github.com:a/b", "../../c", "git@github.com:c"),
+    ("https://github.com/a/b", "https://gitlab.com/c", "https://gitlab.com/c"),
+])
+def test_a_relative_submodule_url_is_resolved_against_its_parents_as_git_does(base, url, want):
+    assert sources._resolve(base, url) == want
 
 
 def test_a_patch_that_does_not_apply_names_file_and_line(paper):
@@ -180,26 +320,30 @@ def test_a_patch_that_does_not_apply_names_file_and_line(paper):
         sources.check_patches(recipe)
     # The hint points at a checkout of the user's own, not at the cache every build copies.
     where = Path(re.search(r" in (\S+) \(a checkout of yours", str(e.value)).group(1))
-    assert where.is_dir() and not where.is_relative_to(sources.cached(recipe.sources[0]))
+    assert where.is_dir() and not where.is_relative_to(sources.object_store(recipe.sources[0]))
     assert "SPEED=2" in (where / "build.sh").read_text()
-    from recipe_fixtures import git
     assert git("status", "--porcelain", cwd=where) == "" and git("rev-parse", "HEAD", cwd=where) == commits["paper"]
 
 
-def _runner(outputs: dict[str, str], calls: list[list[str]], code: int = 0):
-    def run(image, command, *, out, timeout, scratch, mounts=()):
-        calls.append(command)
-        n = re.search(r"bench.sh (\d+)|baseline.sh (\d+)", command[-1])
-        out.write(outputs.get(n.group(1) or n.group(2), "") if n else "")
-        return code
-    return run
+class _runner:
+    """A place that answers each case's job with the output scripted for its n, and records the jobs' argv."""
+
+    def __init__(self, outputs: dict[str, str], calls: list[list[str]], code: int = 0):
+        self.outputs, self.calls, self.code = outputs, calls, code
+
+    def run(self, job) -> int:
+        self.calls.append(list(job.argv))
+        n = re.search(r"bench.sh (\d+)|baseline.sh (\d+)", job.argv[-1])
+        job.output.write_text(self.outputs.get(n.group(1) or n.group(2), "") if n else "")
+        assert job.scratch == job.output.parent and job.timeout > 0
+        return self.code
 
 
 def test_metrics_are_extracted_per_repeat_and_a_case_runs_in_its_folder(tmp_path):
     recipe = read.load(str(write_recipe(tmp_path / "fastop", {"paper": "a" * 40, "helper": "b" * 40})))
     calls: list[list[str]] = []
-    cases = experiments.run_all([recipe.experiment("fastop")], {}, image="img", raw=tmp_path / "raw",
-                                quick=False, runner=_runner({"10": "max diff: 0.001\ntime: 20 ms\n",
+    cases = experiments.run_all([recipe.experiment("fastop")], {}, raw=tmp_path / "raw",
+                                quick=False, place=_runner({"10": "max diff: 0.001\ntime: 20 ms\n",
                                                              "20": "max diff: 0.5\ntime: 40 ms\n"}, calls),
                                 out=open("/dev/null", "w"))
     assert len(calls) == 4 and calls[0][-1].startswith("cd /src/.\nbash bench.sh 10")
@@ -210,16 +354,16 @@ def test_metrics_are_extracted_per_repeat_and_a_case_runs_in_its_folder(tmp_path
 
 def test_a_metric_that_matches_nothing_names_the_experiment_and_the_last_lines(tmp_path):
     recipe = read.load(str(write_recipe(tmp_path / "fastop", {"paper": "a" * 40, "helper": "b" * 40})))
-    cases = experiments.run_all([recipe.experiment("fastop")], {}, image="img", raw=tmp_path / "raw",
-                                quick=True, runner=_runner({"10": "segfault somewhere\n"}, []), out=open("/dev/null", "w"))
+    cases = experiments.run_all([recipe.experiment("fastop")], {}, raw=tmp_path / "raw",
+                                quick=True, place=_runner({"10": "segfault somewhere\n"}, []), out=open("/dev/null", "w"))
     assert cases[0].problem.startswith("fastop {'n': 10}: metric time_ms (/time: ([0-9.]+) ms/) matched nothing")
     assert "segfault somewhere" in cases[0].problem
 
 
 def test_a_failing_or_timed_out_case_is_recorded_and_the_run_goes_on(tmp_path):
     recipe = read.load(str(write_recipe(tmp_path / "fastop", {"paper": "a" * 40, "helper": "b" * 40})))
-    cases = experiments.run_all(list(recipe.experiments), {}, image="img", raw=tmp_path / "raw", quick=True,
-                                runner=_runner({}, [], code=experiments.TIMED_OUT), out=open("/dev/null", "w"))
+    cases = experiments.run_all(list(recipe.experiments), {}, raw=tmp_path / "raw", quick=True,
+                                place=_runner({}, [], code=experiments.TIMED_OUT), out=open("/dev/null", "w"))
     assert len(cases) == 2 and "timed out after 60 s" in cases[0].problem and "timed out after 600 s" in cases[1].problem
     assert len(cases[0].runs) == 1  # a failed repeat stops that case's repeats
 
@@ -279,8 +423,8 @@ def test_check_builds_and_fetches_nothing_and_is_fast(tmp_path, monkeypatch):
     monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path))
     text = verbs.check("demo")
     assert "is valid" in text and "target cpu" in text and "patches: 2 (apply cleanly)" in text
-    made = sorted(p.name for p in (tmp_path / "recipes" / "sources").iterdir())
-    assert all(n.startswith("local_") for n in made), f"only the demo's own folders, nothing fetched: {made}"
+    assert (tmp_path / "recipes" / "folders.git").is_dir(), "the demo's own folders, made into commits"
+    assert not (tmp_path / "recipes" / "objects").exists(), "nothing fetched"
 
 
 #: The requirements of a CUDA-only paper (the shape of a real one): its archs, GPU memory, RAM and disk.
@@ -316,12 +460,15 @@ def test_a_record_is_written_read_back_and_compared(tmp_path, fastop):
 
     cases = [_case("fastop", 10, 20), _case("baseline", 10, 100)]
     verdicts = claims.judge(fastop, cases, gpu_name="H100")
-    prov = {"recipe": "fastop", "paper": vars(fastop.paper), "machine": {"gpu": None, "clocks": {}},
-            "image": {"id": "sha256:" + "0" * 64, "target": "cpu", "recipe_sha256": "1" * 64},
-            "sources": {"fastop": {"commit": "a" * 40, "submodules": {}}}, "patches": [], "quick": False}
-    record.write(tmp_path, provenance=prov, cases=cases, verdicts=verdicts, units={"time_ms": "ms"})
+    made_of = {"target": "cpu", "recipe_sha256": "1" * 64, "sources": {"fastop": {"commit": "a" * 40, "submodules": {}}},
+               "patches": [], "values": {"jobs": 2}}
+    run = record.new(fastop, manifest=made_of, image_id="sha256:" + "0" * 64, machine={"gpu": None, "clocks": {}},
+                     cases=cases, verdicts=verdicts)
+    record.write(tmp_path, run)
     back = record.load(tmp_path)
-    assert back["cases"][0].metrics == {"time_ms": 20} and back["claims"][0]["verdict"] == "reproduced"
+    assert back == run   # the one type, written and read back whole
+    assert back.cases[0].metrics == {"time_ms": 20} and back.claims[0].verdict == "reproduced"
+    assert back.units == {"time_ms": "ms"} and back.image["target"] == "cpu" and back.values == {"jobs": 2}
     assert "| n10 speedup | 5x (table 1) | 5x | **reproduced** |" in (tmp_path / "summary.md").read_text()
     assert (tmp_path / "metrics.csv").read_text().splitlines()[1].startswith('fastop,"{""n"": 10}",time_ms,20')
     assert (tmp_path / "claims.png").stat().st_size > 1000
@@ -431,8 +578,9 @@ def test_a_cluster_task_runs_one_experiment_and_the_submitter_judges_each_gpu_ty
     from kernellab.recipes import on_cluster, task
 
     folder = write_recipe(tmp_path / "fastop", {"paper": "a" * 40, "helper": "b" * 40})
-    argv, env = plan.task_argv("recipe", "run1", "h100", "fastop", command=(str(folder), "--quick"))
-    assert argv == ["python3", "-m", "kernellab.recipes.task", str(folder), "--quick", "fastop", "--out",
+    argv, env = plan.task_argv("recipe", "run1", "h100", "fastop", command=(str(folder),), quick=True)
+    # The task's command line is kernellab.jobs.recipe_task's, like every other cluster task's.
+    assert argv == ["python", "-m", "kernellab.recipes.task", str(folder), "fastop", "--quick", "--out",
                     "results/run1/h100/fastop"] and env["KERNELLAB_GPU_TYPE"] == "h100"
     src = tmp_path / "src"   # the image's /src: the fixture's bench.sh with the patch applied
     src.mkdir()
@@ -440,18 +588,18 @@ def test_a_cluster_task_runs_one_experiment_and_the_submitter_judges_each_gpu_ty
     (src / "out" / "config").write_text("SPEED=5\n")
     (src / "bench.sh").write_text('. out/config\necho "max diff: 0.001"\necho "time: $(( $1 * 10 / SPEED )) ms"\n')
     monkeypatch.setattr(task, "IN_IMAGE", tmp_path / "no-image")
-    monkeypatch.setattr(task, "LOCK", tmp_path / "no-lock.json")
-    real = task.native_runner
+    monkeypatch.setattr(task, "MANIFEST", tmp_path / "no-manifest.json")
+    from kernellab.places import Native
 
-    def in_src(image, command, **kw):  # /src/<cwd> of the image is tmp_path/src here
-        return real(image, [*command[:-1], command[-1].replace("cd /src/.", f"cd {src}").replace(
-            "/recipe/", f"{folder}/")], **kw)
+    class InSrc:  # the Native place a task runs its cases in, with /src/<cwd> of the image at tmp_path/src
+        def run(self, job):
+            line = job.argv[-1].replace("cd /src/.", f"cd {src}").replace("/recipe/", f"{folder}/")
+            return Native().run(dataclasses.replace(job, argv=(*job.argv[:-1], line)))
 
-    monkeypatch.setattr(task, "native_runner", in_src)
     local = tmp_path / "run"
     for gpu in ("h100", "a100"):
         for exp in ("fastop", "baseline"):
-            assert task.main([str(folder), exp, "--out", str(local / gpu / exp)]) == 0
+            assert task.main([str(folder), exp, "--out", str(local / gpu / exp)], place=InSrc()) == 0
     out = json.loads((local / "h100" / "fastop" / "cases.json").read_text())
     assert out["recipe"] == str(folder) and [c["metrics"] for c in out["cases"]] == [{"time_ms": 20.0}, {"time_ms": 40.0}]
     table = on_cluster.merge(local, ["h100", "a100"], [
@@ -466,29 +614,29 @@ def test_a_cluster_task_runs_one_experiment_and_the_submitter_judges_each_gpu_ty
 def test_the_recipe_lock_decides_the_pip_versions_and_is_not_part_of_the_recipes_hash(paper):
     import io
 
-    from kernellab.recipes import lock
+    from kernellab.recipes import pins as lock
 
     root, commits = paper
     folder = write_recipe(root / "r" / "fastop", commits, pip=("klpin>=1.0",))
     recipe = read.load(str(folder))
     out = io.StringIO()
-    assert lock.pins(recipe, "cpu", "prefer", out) is None  # no lock yet: resolve
+    assert lock.chosen(recipe, "cpu", "prefer", out) is None  # no lock yet: resolve
     with pytest.raises(RecipeError, match=r"--locked: recipe fastop has no lock for target cpu .*build it once"):
-        lock.pins(recipe, "cpu", "strict", out)
+        lock.chosen(recipe, "cpu", "strict", out)
     before = recipe.digest()
     written = lock.write(recipe, "cpu", "spec", lock.parse_added("klpin==1.0\nother @ file:///x\nzz==2.0rc1\n"))
     assert written == folder / "locks" / "cpu.json" and recipe.digest() == before
     assert lock.write(recipe, "cpu", "spec", {"klpin": "1.0", "zz": "2.0rc1"}) is None  # unchanged: not rewritten
-    assert lock.pins(recipe, "cpu", "prefer", out) == ["klpin==1.0", "zz==2.0rc1"]
-    assert lock.pins(recipe, "cpu", "update", out) is None
+    assert lock.chosen(recipe, "cpu", "prefer", out) == ["klpin==1.0", "zz==2.0rc1"]
+    assert lock.chosen(recipe, "cpu", "update", out) is None
     assert lock.fits(recipe, "cpu", {"klpin": "1.0", "zz": "2.0rc1"}) and not lock.fits(recipe, "cpu", {"klpin": "1.1"})
     changed = read.load(str(write_recipe(folder, commits, pip=("klpin>=1.1",))))
-    assert lock.pins(changed, "cpu", "prefer", out) is None and "another pip list" in out.getvalue()
+    assert lock.chosen(changed, "cpu", "prefer", out) is None and "another pip list" in out.getvalue()
     with pytest.raises(RecipeError, match=r"written for pip \['klpin>=1.0'\], the recipe now asks for \['klpin>=1.1'\]"):
-        lock.pins(changed, "cpu", "strict", out)
+        lock.chosen(changed, "cpu", "strict", out)
     written.write_text('{"pip": []}')
     with pytest.raises(RecipeError, match=r"is not a recipe lock .*--update"):
-        lock.pins(changed, "cpu", "prefer", out)
+        lock.chosen(changed, "cpu", "prefer", out)
 
 
 # --------------------------------------------------------------------------- folder sources (the demo's kind)
@@ -594,6 +742,9 @@ def test_a_recipe_build_follows_a_committed_target_lock_and_never_rewrites_it(mo
 
         def exists(self, ref):
             return False
+
+        def find_image(self, ref):
+            return None
 
     def fake_build(spec, **kw):
         seen.append(kw["lock"])

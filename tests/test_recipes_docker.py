@@ -15,7 +15,8 @@ import pytest
 
 from kernellab import engine
 from kernellab.errors import BuildError, RecipeError
-from kernellab.recipes import build, experiments, read, verbs
+from kernellab.places import Container
+from kernellab.recipes import build, read, verbs
 from recipe_fixtures import make_mirror, make_wheel, mirror_env, write_recipe
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -271,17 +272,17 @@ def test_an_exported_recipe_carries_image_recipe_and_runs_and_a_damaged_file_sto
 def test_ctrl_c_midway_keeps_what_ran_in_the_record(paper, tmp_path):
     root, commits = paper
     folder = write_recipe(root / "r" / "fastop", commits)
-    real = experiments.container_runner(False, None, DOCKER)
     calls = []
 
-    def runner(image, command, **kw):
-        calls.append(command)
-        if len(calls) == 3:  # the second case's first repeat
-            raise KeyboardInterrupt
-        return real(image, command, **kw)
+    class Interrupted:  # the real place (a container of the recipe's image), and Ctrl-C at the third job
+        def run(self, job):
+            calls.append(job)
+            if len(calls) == 3:  # the second case's first repeat
+                raise KeyboardInterrupt
+            return Container(f"kernellab-recipe:{read.load(str(folder)).name}", False, None, DOCKER).run(job)
 
     with pytest.raises(verbs.Stopped) as stop:   # a KeyboardInterrupt that knows where the record is
-        verbs.run(str(folder), gpu_mode=False, runner=runner, results=tmp_path / "results", engine=DOCKER,
+        verbs.run(str(folder), gpu_mode=False, place=Interrupted(), results=tmp_path / "results", engine=DOCKER,
                   out=io.StringIO())
     run = next((tmp_path / "results" / "fastop").iterdir())
     assert stop.value.folder == run and (stop.value.ran, stop.value.planned) == (1, 4)

@@ -252,7 +252,7 @@ def test_doctor_lists_only_the_engines_that_answer(monkeypatch):
 @pytest.mark.parametrize("kind", ["docker", "podman"])
 def test_a_probe_container_reads_an_image_with_no_network_and_no_init(kind):
     """Engine.probe_argv: the one command line for reading a fact out of an image (its lock, its packages)."""
-    argv = fake(kind).probe_argv("img:1", ["/etc/kernellab/recipe-lock.json"], entrypoint="cat", mounts=("/a:/b:ro",))
+    argv = fake(kind).probe_argv("img:1", ["/etc/kernellab/recipe-manifest.json"], entrypoint="cat", mounts=("/a:/b:ro",))
     assert argv[argv.index("--network") + 1] == "none" and "--init" not in argv and "--rm" in argv
-    assert argv[argv.index("--entrypoint") + 1] == "cat" and argv[-2:] == ["img:1", "/etc/kernellab/recipe-lock.json"]
+    assert argv[argv.index("--entrypoint") + 1] == "cat" and argv[-2:] == ["img:1", "/etc/kernellab/recipe-manifest.json"]
     assert "/a:/b:ro" in " ".join(argv) and not any(a.startswith("--shm-size") for a in argv)

@@ -32,6 +32,10 @@ class Job:
     env: Mapping[str, str] = field(default_factory=dict)
     tools: tuple[str, ...] = ()              # host tools a container may borrow when its image lacks them (ncu)
     results: str | None = None               # the flag naming the folder it writes (a cluster task sets it)
+    scratch: Path | None = None              # a folder for the files it writes, $KERNELLAB_OUT where it runs
+    output: Path | None = None               # a file its output goes to (stdout and stderr), not this terminal
+    timeout: float | None = None             # stopped after this many seconds (exit code proc.TIMED_OUT)
+    mounts: tuple[str, ...] = ()             # host:container[:ro] a container adds (a native place refuses them)
 
     def with_paths(self, mapper: Callable[[Path], str]) -> tuple[str, ...]:
         """argv with each repository path passed through mapper."""
@@ -119,6 +123,26 @@ def _run_folder(name: str | None) -> Path | None:
     if not path.exists() and (ROOT / "results" / name).exists():
         path = (ROOT / "results" / name).resolve()
     return path
+
+
+def recipe_case(command: str, cwd: str, *, output: Path, scratch: Path, timeout: float, gpu: bool = True,
+                mounts: tuple[str, ...] = ()) -> Job:
+    """One repeat of a recipe's experiment case: its command through bash (-e, pipefail) in /src/<cwd> of the
+    recipe's image (a container of it, or the cluster task that already is one), its output to a file."""
+    return Job("recipe-case", ("bash", "-eo", "pipefail", "-c", f"cd /src/{cwd}\n{command}"), gpu=gpu,
+               output=output, scratch=scratch, timeout=timeout, mounts=mounts)
+
+
+def recipe_input(command: str, *, output: Path, mounts: tuple[str, ...]) -> Job:
+    """The command that makes (or prepares) a recipe's input in its image, into a mounted folder; no GPU."""
+    return Job("recipe-input", ("bash", "-eo", "pipefail", "-c", command), gpu=False, output=output, mounts=mounts)
+
+
+def recipe_task(recipe: str, experiment: str, *, out: str, quick: bool = False) -> Job:
+    """A cluster task of `invoke recipe run --on slurm`: one experiment of the recipe, run where the task is (the
+    recipe's image), its cases and raw output written under out (kernellab.recipes.task)."""
+    return _build("recipe", ["python", "-m", "kernellab.recipes.task", recipe, experiment], ("--quick", quick),
+                  ("--out", out), select=experiment, quick=quick, results="--out")
 
 
 def in_repository(path: Path) -> str:

@@ -10,17 +10,15 @@ from __future__ import annotations
 
 import shlex
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, Sequence
 
 from . import ROOT, gpu, jobs, proc, pythonpath
-from .cluster import profile as profiles
-from .cluster import runs
 from .container import runner
-from .engine import Image
+from .engine import Engine, Image, resolve_engine
 from .errors import ClusterUsageError, UsageError
-from .image import builder
 from .jobs import Job
 from .nsight import tools
 
@@ -53,30 +51,67 @@ class Native:
     gpu_index: str | None = None
 
     def run(self, job: Job) -> int:
+        if job.mounts:
+            raise UsageError(f"`{job.kind}` mounts {', '.join(job.mounts)}, which only a container can; run it in one.")
         argv = list(job.with_paths(str))
         if argv[0] == "python":
             argv[0] = sys.executable
         env = {"PYTHONPATH": pythonpath(), **job.env}
         if self.gpu_index is not None:
             env["CUDA_VISIBLE_DEVICES"] = gpu.visible_devices(self.gpu_index)
-        return proc.call(argv, cwd=ROOT, env=env)
+        if job.scratch is not None:
+            env["KERNELLAB_OUT"] = str(job.scratch.resolve())
+        if job.output is None:
+            return proc.call(argv, cwd=ROOT, env=env)
+        with open(job.output, "w") as f:
+            return proc.to_file(argv, f, cwd=ROOT, env=env, timeout=job.timeout)
 
 
 @dataclass(frozen=True)
 class Container:
     """A container of `image`: the repository at /workspace, the caller's UID, the GPU as gpu_mode says."""
 
-    image: str | Image               # a reference, or an Image already inspected (a target's)
+    image: str | Image               # a reference, or an Image already inspected (a target's, a recipe's)
     gpu_mode: bool | str = True
     gpu_index: str | None = None
+    engine: Engine | None = None
 
     def run(self, job: Job) -> int:
-        mounts: list[str] = []
+        mounts: list[str] = list(job.mounts)
+        env = dict(job.env)
         if "ncu" in job.tools and (host := tools.find("ncu")) is not None:  # used only when the image has none
             mounts.append(f"{tools.install_folder(host)}:{tools.HOST_NCU}:ro")
-        return runner.run(self.image, list(job.with_paths(in_workspace)), gpu=self.gpu_mode if job.gpu else False,
-                              interactive=job.interactive, gpu_index=self.gpu_index, mounts=mounts,
-                              env=dict(job.env) or None)
+        if job.scratch is not None:
+            mounts.append(f"{job.scratch.resolve()}:{SCRATCH}")
+            env["KERNELLAB_OUT"] = SCRATCH
+        argv = list(job.with_paths(in_workspace))
+        gpu_mode = self.gpu_mode if job.gpu else False
+        if job.output is None:
+            return runner.run(self.image, argv, gpu=gpu_mode, interactive=job.interactive, gpu_index=self.gpu_index,
+                              mounts=mounts, env=env or None, engine=self.engine)
+        eng = resolve_engine(self.engine)
+        name = runner.new_name()
+        timed_out = threading.Event()
+
+        def stop() -> None:  # past its timeout: the container goes, and with it the command
+            timed_out.set()
+            eng.remove_container(name)
+
+        timer = threading.Timer(job.timeout, stop) if job.timeout else None
+        if timer:
+            timer.start()
+        try:
+            with open(job.output, "w") as f:
+                code = runner.run(self.image, argv, gpu=gpu_mode, gpu_index=self.gpu_index, name=name, out=f,
+                                  mounts=mounts, env=env or None, engine=eng)
+        finally:
+            if timer:
+                timer.cancel()
+        return proc.TIMED_OUT if timed_out.is_set() else code
+
+
+#: Where a container sees a job's scratch folder ($KERNELLAB_OUT).
+SCRATCH = "/kl-out"
 
 
 def in_workspace(path: Path) -> str:
@@ -102,6 +137,9 @@ class Cluster:
         if job.interactive:
             raise ClusterUsageError(f"`invoke {job.kind}` needs this terminal; it runs here (--native) or in a container, "
                                "not on a cluster.")
+        from .cluster import profile as profiles  # not loaded where a job runs (a node, an image's own Python)
+        from .cluster import runs
+
         prof = profiles.load(profiles.find(self.profile, self.configured))
         if self.resume:
             runs.resume(self.resume, prof)
@@ -125,6 +163,15 @@ def cluster_command(job: Job) -> tuple[str, ...]:
     return ("bash", "-c", line)
 
 
+def on_cluster(on: str | None, resume: str | None = None) -> bool:
+    """Whether --on (or --resume) sends the run to a cluster; ClusterUsageError for a scheduler kernellab does not
+    submit to. Every task that takes --on asks here."""
+    if on not in (None, "slurm"):
+        raise ClusterUsageError(f"--on {on}: kernellab submits to slurm (Kubernetes users: `scheduler = "
+                                "\"kubernetes\"` in the profile and --dry-run).")
+    return bool(on or resume)
+
+
 def choose(c: Any, *, native: bool = False, target: str | None = None, image: str | None = None,
            gpu_mode: str | None = None, gpu_index: str | None = None, on: str | None = None, gpus: str | None = None,
            profile: str | None = None, resume: str | None = None, dry_run: bool = False, **_: Any) -> Place:
@@ -133,10 +180,7 @@ def choose(c: Any, *, native: bool = False, target: str | None = None, image: st
     if config.get("place") is not None:
         return config["place"]
     target = target or config.get("target")
-    if on or resume:
-        if on not in (None, "slurm"):
-            raise ClusterUsageError(f"--on {on}: kernellab submits to slurm (Kubernetes users: `scheduler = "
-                               "\"kubernetes\"` in the profile and --dry-run).")
+    if on_cluster(on, resume):
         if native or image:
             raise UsageError(f"--{'native' if native else 'image'} is for this machine; a cluster run uses the "
                              "target's image (--target), converted for the cluster's runtime.")
@@ -148,4 +192,6 @@ def choose(c: Any, *, native: bool = False, target: str | None = None, image: st
         if image or gpu_mode:
             raise UsageError(f"--{'image' if image else 'gpu-mode'} is for a container; --native runs in this Python.")
         return Native(gpu_index)
+    from .image import builder
+
     return Container(image or builder.image_for_target(target), runner.gpu_choice(gpu_mode), gpu_index)

@@ -121,6 +121,34 @@ def call(argv: Sequence[str], *, cwd: str | os.PathLike | None = None, env: Mapp
         return 130
 
 
+#: The exit code of a command stopped at its timeout (as coreutils' `timeout` gives).
+TIMED_OUT = 124
+
+
+def to_file(argv: Sequence[str], file: IO[str], *, cwd: str | os.PathLike | None = None,
+            env: Mapping[str, str] | None = None, timeout: float | None = None) -> int:
+    """Run argv with its output (stdout and stderr together) written to file; return its exit code, TIMED_OUT
+    when it ran past timeout (it is killed). Ctrl-C stops it, then is raised."""
+    argv = [str(a) for a in argv]
+    if shutil.which(argv[0]) is None and not os.path.exists(argv[0]):
+        raise KernellabError(f"`{argv[0]}` is not installed or not on PATH; install it and try again.")
+    file.flush()
+    p = subprocess.Popen(argv, cwd=cwd, env=_env(env), stdout=file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        return p.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+        return TIMED_OUT
+    except BaseException:
+        p.terminate()
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+        raise
+
+
 def _exits_within(p: subprocess.Popen, seconds: float) -> bool:
     try:
         p.wait(timeout=seconds)

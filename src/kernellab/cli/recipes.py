@@ -5,6 +5,7 @@ from pathlib import Path
 
 from invoke import Context, Exit
 
+from .. import places
 from ..container.runner import gpu_choice
 from ..errors import RecipeError
 from . import ENGINE_HELP, GPU_MODE_HELP, task
@@ -69,9 +70,7 @@ def recipe(c: Context, verb: str, name: str | None = None, k: str | None = None,
                               locking="strict" if locked else "update" if update else "prefer")
         how = "unchanged: nothing rebuilt" if built.cached else "built"
         print(f"{built.tags[0]} ({built.image_id[:19]}): {how} in {built.seconds:.1f} s")
-    elif verb == "run" and (on or resume):
-        if on not in (None, "slurm"):
-            raise RecipeError(f"--on {on}: recipes run on slurm (docs/cluster.md).")
+    elif verb == "run" and places.on_cluster(on, resume):
         from ..recipes import on_cluster
 
         on_cluster.submit(name, gpus=gpus, profile=profile, k=k, quick=quick, target=target, dry_run=dry_run,

@@ -50,6 +50,7 @@ class Plan:
     select: str | None = None
     argv: list[str] = field(default_factory=list)   # how it was asked for (kernellab's own command line)
     python: str = "python3"                          # the nodes' Python (runtime none runs tasks in it)
+    merger: str | None = None                        # "module:function" that writes a recipe run's own tables
 
     @property
     def gpus(self) -> list[str]:
@@ -118,8 +119,8 @@ def task_argv(kind: str, run: str, gpu: str, name: str, *, select: str = "", qui
     if kind == "bench":
         job = jobs.bench(select, quick=quick, out=str(ROOT / out))
         return list(job.with_paths(jobs.in_repository)), env
-    if kind == "recipe":  # command: the recipe's name (and --quick); the task runs one experiment
-        return ["python3", "-m", "kernellab.recipes.task", *command, name, "--out", out], env
+    if kind == "recipe":  # command: the recipe's folder; the task runs one experiment (name) of it
+        return list(jobs.recipe_task(command[0], name, out=out, quick=quick).argv), env
     if kind == "submit":
         if not command:
             raise ClusterUsageError("`invoke submit` needs a command after `--`, e.g. `invoke submit -- python my_bench.py`.")

@@ -9,6 +9,7 @@ of tasks that left no results) and interrupted (after Ctrl-C: keep what had ende
 from __future__ import annotations
 
 import datetime as dt
+import importlib
 import json
 import shutil
 import xml.etree.ElementTree as ET
@@ -83,11 +84,20 @@ def record(plan: Plan, outcomes: Sequence[Outcome], local: Path) -> Path:
     return path
 
 
-#: Run kind -> what writes its part of the summary from (local folder, GPU types, (gpu, task, status) per
-#: task): registered by the layer that submits such runs (kernellab.recipes.on_cluster), which the cluster
-#: code does not import.
+#: What writes a run's own part of the summary from (local folder, GPU types, (gpu, task, status) per task): named
+#: in the run's request and plan as "module:function" by the layer that submits such runs (a recipe run:
+#: kernellab.recipes.on_cluster:merge), which the cluster code does not import.
 Merger = Callable[[Path, Sequence[str], Sequence[tuple[str, str, dict[str, Any]]]], str]
-MERGERS: dict[str, Merger] = {}
+
+
+def merger(name: str) -> Merger:
+    """The function a plan's merger names ("module:function")."""
+    module, _, function = name.partition(":")
+    found = getattr(importlib.import_module(module), function, None)
+    if not callable(found):
+        raise ClusterError(f"the run's merger {name} is not a function of kernellab; the run was planned by another "
+                           "kernellab.")
+    return found
 
 
 def merge(plan: Plan, outcomes: Sequence[Outcome], local: Path) -> str:
@@ -98,8 +108,8 @@ def merge(plan: Plan, outcomes: Sequence[Outcome], local: Path) -> str:
         _merge_bench(local, gpus, outcomes)
     elif plan.kind == "test":
         parts.append(_test_table(local, gpus, outcomes))
-    elif plan.kind in MERGERS:  # a layer above (recipes) judges its own tasks
-        parts.append(MERGERS[plan.kind](local, gpus, [(o.task.gpu, o.task.name, o.status) for o in outcomes]))
+    elif plan.merger:  # a layer above (recipes) judges its own tasks
+        parts.append(merger(plan.merger)(local, gpus, [(o.task.gpu, o.task.name, o.status) for o in outcomes]))
     elif plan.kind not in ("submit",):
         raise ClusterError(f"run {plan.run} is a {plan.kind} run, which this command cannot report; resume it the "
                            f"way it was started (a recipe run: `invoke recipe run NAME --resume {plan.run}`).")

@@ -48,6 +48,7 @@ class Request:
     target: str | None = None            # the image target
     image: str | None = None             # an image reference instead of the target's (a recipe's built image)
     names: Sequence[str] = ()            # recipe: its experiments, one task each per GPU type
+    merger: str | None = None            # "module:function" writing the run's own part of the summary (a recipe's)
     dry_run: bool = False
     argv: Sequence[str] = ()
 
@@ -63,7 +64,8 @@ def start(req: Request, profile: Profile, *, out: IO[str] | None = None, poll_s:
     rundir = profile.shared / "runs" / run
     tasks = _tasks(req, run, gpus)
     plan = Plan(run=run, kind=req.kind, rundir=str(rundir), runtime=profile.runtime, gpu_mode=profile.gpu_mode,
-                image={}, tasks=tasks, select=req.select, argv=list(req.argv), python=profile.python)
+                image={}, tasks=tasks, select=req.select, argv=list(req.argv), python=profile.python,
+                merger=req.merger)
     if req.dry_run:
         _dry_run(plan, profile, req, out)
         return rundir

@@ -7,8 +7,11 @@ A recipe is data (`recipes/<name>/recipe.toml` plus the patches and small script
 - `checks`   requirements (archs, GPU memory, host RAM, disk) before anything is built;
 - `sources`  pinned sources fetched with git itself (a mirror through `url.<base>.insteadOf`), verified,
              patched into a build context;
+- `pins`     the recipe's pip packages at exact versions, per target (recipes/<name>/locks/<target>.json);
 - `build`    the image: target image + sources + each build step as its own cached BuildKit layer;
-- `experiments` runs the cases in the built image, extracts metrics, applies sanity patterns;
+- `manifest` what a build's image was made of, kept in the image, read back by every run;
+- `experiments` each case a Job (kernellab.jobs.recipe_case) of a place; metrics, sanity patterns;
 - `claims`   verdicts: the paper's numbers judged as ratios against a baseline from the same run;
-- `record`   the run folder (provenance, raw output, metrics, claims, summary.md, plot) and --compare.
+- `record`   a run's record (one type, Run): the run folder (provenance, raw output, metrics, claims, summary.md,
+             plot) and --compare.
 """

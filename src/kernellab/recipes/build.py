@@ -3,7 +3,8 @@
 Each step is a stage (`step-1`, `step-2`, ...) of one Dockerfile, so BuildKit caches every step: a failed
 build resumes at the failed step, and `invoke recipe shell NAME --step N` builds the stage before step N.
 The image is tagged only when every step passed, and labelled with the recipe's hash, the sources' commits
-and the patches' hashes; /etc/kernellab/recipe-lock.json inside it (its sha256 a label) is the record.
+and the patches' hashes; its manifest inside it (kernellab.recipes.manifest, its sha256 a label) says what it
+was made of.
 An image whose label says it was built from exactly this recipe on exactly this base is not rebuilt at all.
 """
 from __future__ import annotations
@@ -22,19 +23,19 @@ from pathlib import Path
 from typing import IO, Any
 
 from .. import proc, shown
-from ..engine import Engine, resolve_engine
+from ..engine import Engine, Image, resolve_engine
 from ..errors import BuildError, CommandError, RecipeError, ResolveError
 from ..image import builder, network
 from ..image.spec import Spec
 from ..image.targets import Matrix, load, parse_target
-from . import checks, lock, sources, values
+from . import checks, manifest, pins, sources, values
 from .model import Recipe, substitute
 
 REPO = "kernellab-recipe"
 #: Printed by every step before its command: the last one in a failed build's log is the failed step.
 MARKER = "kernellab-step"
 #: Part of every recipe image's hash: raise it when dockerfile() makes a different image from the same recipe.
-FORMAT = 3
+FORMAT = 4  # 4: the manifest at /etc/kernellab/recipe-manifest.json (was recipe-lock.json)
 _MARK = re.compile(rf"^(?:#(\d+) [\d.]+ )?{MARKER} (\d+) ")
 
 
@@ -56,12 +57,16 @@ class Environment:
 @dataclass(frozen=True)
 class Built:
     recipe: str
-    image_id: str
+    image: Image               # inspected once: its ID and labels, handed to every container of the run
     tags: tuple[str, ...]
     env: Environment
     cached: bool               # True: the image already existed; nothing was built
     seconds: float
     log: Path | None = None
+
+    @property
+    def image_id(self) -> str:
+        return self.image.id
 
 
 def resolve_target(recipe: Recipe, target: str | None = None, matrix: Matrix | None = None) -> tuple[Spec, Matrix]:
@@ -87,7 +92,8 @@ def environment(recipe: Recipe, *, target: str | None = None, engine: Engine | N
     eng = resolve_engine(engine).require()
     spec, matrix = resolve_target(recipe, target)
     base = f"kernellab:{spec.target}"
-    if target_image(spec, eng) is None:
+    base_id = target_image(spec, eng)
+    if base_id is None:
         # A committed lock is followed exactly: a recipe build never rewrites a tracked file (a lock that no longer
         # resolves is one sentence naming what moved, with the remedies); without one, the build resolves and writes it.
         locked = builder.lock_path(spec, builder.LOCK_DIR)
@@ -104,7 +110,7 @@ def environment(recipe: Recipe, *, target: str | None = None, engine: Engine | N
                              f"never rewrites it: `invoke build-image --target {spec.target} --update` resolves the "
                              f"target afresh (commit the new lock), or point KERNELLAB_DEBIAN_MIRROR at a snapshot "
                              f"that still has the locked packages.") from None
-    base_id = eng.image_id(base)
+        base_id = eng.image_id(base)
     vals = values.values(spec, values.probe(base_id, eng))
     blob = json.dumps({"format": FORMAT, "recipe": recipe.digest(), "base": base_id, "values": vals}, sort_keys=True).encode()
     return Environment(spec, base, base_id, vals, hashlib.sha256(blob).hexdigest())
@@ -112,44 +118,39 @@ def environment(recipe: Recipe, *, target: str | None = None, engine: Engine | N
 
 def target_image(spec: Spec, eng: Engine) -> str | None:
     """The ID of `kernellab:<target>` when it is built for exactly this spec, else None."""
-    base = f"kernellab:{spec.target}"
-    if eng.exists(base) and eng.labels(base).get("kernellab.spec-sha256") == spec.digest:
-        return eng.image_id(base)
-    return None
+    found = eng.find_image(f"kernellab:{spec.target}")
+    return found.id if found and found.labels.get("kernellab.spec-sha256") == spec.digest else None
 
 
-def find_built(recipe: Recipe, env: Environment, engine: Engine | None = None) -> str | None:
+def find_built(recipe: Recipe, env: Environment, engine: Engine | None = None) -> Image | None:
     """The image built from exactly this recipe on exactly this base, or None."""
-    eng = resolve_engine(engine)
-    if eng.exists(env.tag) and eng.labels(env.tag).get("kernellab.recipe-sha256") == env.build_hash:
-        return eng.image_id(env.tag)
-    return None
+    found = resolve_engine(engine).find_image(env.tag)
+    return found if found and found.labels.get("kernellab.recipe-sha256") == env.build_hash else None
 
 
 def build(recipe: Recipe, *, target: str | None = None, upto: int | None = None, wheelhouse: Path | None = None,
-          no_cache: bool = False, locking: lock.Mode = "prefer", engine: Engine | None = None,
+          no_cache: bool = False, locking: pins.Mode = "prefer", engine: Engine | None = None,
           out: IO[str] = sys.stdout) -> Built:
     """Build the recipe's image (or, with upto=N, the state before step N); nothing changed: nothing built.
 
-    locking: how the recipe's lock (recipes/NAME/locks/TARGET.json) is followed; see kernellab.recipes.lock."""
+    locking: how the recipe's lock (recipes/NAME/locks/TARGET.json) is followed; see kernellab.recipes.pins."""
     start = time.monotonic()
     eng = resolve_engine(engine).require()
     env = environment(recipe, target=target, engine=eng, out=out)
     locked_name = env.spec.target or f"recipe-{recipe.name}"
-    pins = lock.pins(recipe, locked_name, locking, out)
+    pinned = pins.chosen(recipe, locked_name, locking, out)
     if upto is None and not no_cache and locking != "update":
         found = find_built(recipe, env, eng)
-        if found and (locking == "prefer" or lock.fits(recipe, locked_name, pip_added(found, eng))):
+        if found and (locking == "prefer" or pins.fits(recipe, locked_name, pip_added(found.id, eng))):
             # The name tag follows the image this recipe is now (after a revert, an older one): never another.
-            eng.tag(found, f"{REPO}:{recipe.name}")
+            eng.tag(found.id, f"{REPO}:{recipe.name}")
             return Built(recipe.name, found, (env.tag, f"{REPO}:{recipe.name}"), env, True, time.monotonic() - start)
     # RAM and disk only: a build needs no GPU (a run checks its GPU).
     checks.check_host(recipe, gpus=(), disk=Path(eng.info().root or "/"))
     home = values.context_dir(recipe.name)
     ctx = home / "context"
     provenance = _context(recipe, env, ctx, out)
-    made_of = _lock(recipe, env, provenance)
-    lock_sha = lock.write_record(ctx, made_of)
+    manifest_sha = manifest.write(ctx, _manifest(recipe, env, provenance))
     # BuildKit (Docker 20.10) cannot build FROM a bare image ID: a tag named after the ID stands for it.
     eng.tag(env.base_id, base_ref(env))
     stage = None if upto is None else ("sources" if upto <= 1 else f"step-{upto - 1}")
@@ -159,22 +160,22 @@ def build(recipe: Recipe, *, target: str | None = None, upto: int | None = None,
     log = logs / f"build-{time.strftime('%Y%m%d-%H%M%S')}.log"
 
     def run(pinned: list[str] | None, fresh: str | None, target: str | None, tags: tuple[str, ...], what: str) -> str:
-        (ctx / "Dockerfile").write_text(dockerfile(recipe, env, provenance, lock_sha, pinned, fresh))
+        (ctx / "Dockerfile").write_text(dockerfile(recipe, env, provenance, manifest_sha, pinned, fresh))
         return _buildkit(recipe, env, eng, ctx, log, wheelhouse=wheelhouse, dated=bool(as_of(recipe, env)) and not pinned,
                          tags=tags, target=target, no_cache=no_cache, what=what, out=out)
 
-    if recipe.pip and pins is None:
+    if recipe.pip and pinned is None:
         # Unlocked: resolve the pip packages in a stage of their own and lock them first, so that the pip layer every
         # build runs is the pinned one: writing the lock (or --update) reruns no step whose packages are the same.
         # --update resolves afresh: a pip line BuildKit has not seen (otherwise it serves the old resolution).
         fresh = time.strftime("%Y%m%dT%H%M%S") if locking == "update" else None
         added = pip_added(run(None, fresh, "sources", (), "its pip packages, to lock them"), eng)
-        written = lock.write(recipe, locked_name, env.spec.digest, added)
+        written = pins.write(recipe, locked_name, env.spec.digest, added)
         if written:
             out.write(f"locked the recipe's pip packages in {written} (commit it: later builds install exactly these)\n")
-        pins = [f"{name}=={version}" for name, version in sorted(added.items())]
-    image_id = run(pins, None, stage, tags, f"the state before step {upto}" if upto else f"{len(recipe.steps)} steps")
-    return Built(recipe.name, image_id, tags, env, False, time.monotonic() - start, log)
+        pinned = [f"{name}=={version}" for name, version in sorted(added.items())]
+    image_id = run(pinned, None, stage, tags, f"the state before step {upto}" if upto else f"{len(recipe.steps)} steps")
+    return Built(recipe.name, eng.image(image_id), tags, env, False, time.monotonic() - start, log)
 
 
 def _buildkit(recipe: Recipe, env: Environment, eng: Engine, ctx: Path, log: Path, *, wheelhouse: Path | None,
@@ -221,12 +222,12 @@ def _context(recipe: Recipe, env: Environment, ctx: Path, out: IO[str]) -> dict[
     provenance = sources.prepare(recipe, ctx / "src", out)
     if (ctx / "recipe").exists():
         shutil.rmtree(ctx / "recipe")
-    shutil.copytree(recipe.folder, ctx / "recipe", ignore=shutil.ignore_patterns("__pycache__", lock.FOLDER))
+    shutil.copytree(recipe.folder, ctx / "recipe", ignore=shutil.ignore_patterns("__pycache__", pins.FOLDER))
     (ctx / ".dockerignore").write_text("**/.git\n")
     return dict(provenance)
 
 
-def _lock(recipe: Recipe, env: Environment, provenance: dict[str, Any]) -> dict[str, Any]:
+def _manifest(recipe: Recipe, env: Environment, provenance: dict[str, Any]) -> dict[str, Any]:
     return {
         "recipe": recipe.name, "recipe_sha256": env.build_hash, "recipe_files_sha256": recipe.digest(),
         "target": env.spec.target, "base_image": env.base_id, "spec_sha256": env.spec.digest,
@@ -253,29 +254,29 @@ def as_of(recipe: Recipe, env: Environment) -> str | None:
 
 def pip_added(image: str, eng: Engine) -> dict[str, str]:
     """What the recipe's pip layer added to the target's packages (read from the image)."""
-    argv = eng.probe_argv(image, [lock.ADDED], entrypoint="cat")
+    argv = eng.probe_argv(image, [pins.ADDED], entrypoint="cat")
     r = proc.run(argv, check=False, timeout=120)
-    return lock.parse_added(r.stdout) if r.ok else {}
+    return pins.parse_added(r.stdout) if r.ok else {}
 
 
-def dockerfile(recipe: Recipe, env: Environment, provenance: dict[str, Any], lock_sha: str,
-               pins: list[str] | None = None, fresh: str | None = None) -> str:
-    """pins: the lock's `name==version` list, installed instead of the recipe's pip list;
+def dockerfile(recipe: Recipe, env: Environment, provenance: dict[str, Any], manifest_sha: str,
+               pinned: list[str] | None = None, fresh: str | None = None) -> str:
+    """pinned: the recipe's pins (`name==version`), installed instead of the recipe's pip list;
     fresh: a stamp that makes the pip line new to the build cache (resolve again)."""
     lines = [f"FROM {base_ref(env)} AS sources", "USER root", "WORKDIR /src", "COPY src/ /src/"]
     freeze = "(python3 -m pip freeze 2>/dev/null || true) | LC_ALL=C sort"
     lines.append(_run(f"mkdir -p /etc/kernellab && {freeze} > /etc/kernellab/target-pip-freeze.txt"))
     if recipe.pip:
-        # Not pinned by the recipe's lock, its packages resolve as of the recipe's day (or its target's).
-        date = None if pins else as_of(recipe, env)
+        # Not pinned, its packages resolve as of the recipe's day (or its target's).
+        date = None if pinned else as_of(recipe, env)
         dated = f"python3 -m pip install {load().pip_as_of} && " if date else ""
         lines.append("RUN --mount=type=cache,id=kl-pip,target=/root/.cache/pip "
                      "--mount=type=secret,id=pipconf,target=/etc/pip.conf "
                      + (f"KERNELLAB_RESOLVED={fresh} " if fresh else "") + dated
                      + "python3 -m pip install " + (f"--uploaded-prior-to {date}T00:00:00Z " if date else "")
-                     + " ".join(shlex.quote(p) for p in pins or recipe.pip))
+                     + " ".join(shlex.quote(p) for p in pinned or recipe.pip))
     lines.append(_run(f"{freeze} > /etc/kernellab/recipe-pip-freeze.txt && LC_ALL=C comm -13 "
-                      f"/etc/kernellab/target-pip-freeze.txt /etc/kernellab/recipe-pip-freeze.txt > {lock.ADDED}"))
+                      f"/etc/kernellab/target-pip-freeze.txt /etc/kernellab/recipe-pip-freeze.txt > {pins.ADDED}"))
     previous = "sources"
     for i, step in enumerate(recipe.steps, 1):
         # A step's line holds its number, not the count of steps: appending a step reruns none before it.
@@ -284,13 +285,13 @@ def dockerfile(recipe: Recipe, env: Environment, provenance: dict[str, Any], loc
         previous = f"step-{i}"
     labels = {
         "kernellab.recipe": recipe.name, "kernellab.recipe-sha256": env.build_hash,
-        "kernellab.recipe-lock-sha256": lock_sha, "kernellab.recipe-base": env.base_id,
+        "kernellab.recipe-manifest-sha256": manifest_sha, "kernellab.recipe-base": env.base_id,
         "kernellab.recipe-sources": json.dumps({k: {"commit": v["commit"], "submodules": v["submodules"]}
                                                 for k, v in provenance.items()}, sort_keys=True),
         "kernellab.recipe-patches": json.dumps({p.file.name: p.sha256 for p in recipe.patches}, sort_keys=True),
         "org.opencontainers.image.title": recipe.paper.title, "org.opencontainers.image.url": recipe.paper.link,
     }
-    lines += ["", f"FROM {previous} AS final", "COPY recipe/ /recipe/", f"COPY {lock.RECORD} {lock.IN_IMAGE}",
+    lines += ["", f"FROM {previous} AS final", "COPY recipe/ /recipe/", f"COPY {manifest.IN_CONTEXT} {manifest.IN_IMAGE}",
               "WORKDIR /src", "LABEL " + " \\\n      ".join(f"{k}={json.dumps(v)}" for k, v in labels.items())]
     return "\n".join(lines) + "\n"
 
@@ -314,10 +315,10 @@ def _failure(recipe: Recipe, log: Path, e: CommandError) -> BuildError:
                       f"--step {step}` opens a shell in the state before it. Full log: {log}. Last lines:\n{tail}")
 
 
-def verified_image(recipe: Recipe, image: str, engine: Engine | None = None) -> dict[str, str]:
+def verified_image(recipe: Recipe, image: Image) -> dict[str, str]:
     """The labels of a recipe image, refusing one built from another recipe."""
-    labels = resolve_engine(engine).labels(image)
+    labels = image.labels
     if labels.get("kernellab.recipe") != recipe.name:
-        raise RecipeError(f"{image} is not an image of recipe {recipe.name}; build it with "
+        raise RecipeError(f"{image.ref} is not an image of recipe {recipe.name}; build it with "
                           f"`invoke recipe build {recipe.name}`.")
     return labels

@@ -1,23 +1,21 @@
-"""A recipe's experiments in its built image: every case and repeat one container, its output kept,
-metrics and sanity values extracted by regex. A case that fails is recorded and the run goes on."""
+"""A recipe's experiments in its built image: every case and repeat one job (kernellab.jobs.recipe_case) that a
+place runs (a container of the image here, the cluster task itself on a node), its output kept, metrics and sanity
+values extracted by regex. A case that fails is recorded and the run goes on."""
 from __future__ import annotations
 
 import re
 import statistics
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable
 
-from ..container import runner
-from ..engine import Engine, resolve_engine
+from .. import jobs
 from ..errors import RecipeError
 from ..ops.spec import compile_select
+from ..places import Place
+from ..proc import TIMED_OUT
 from .model import Experiment, Recipe, Sanity, substitute
-
-TIMED_OUT = 124
-OUT = "/kl-out"
 
 
 @dataclass
@@ -117,8 +115,10 @@ def _last_lines(text: str, n: int = 8) -> str:
     return "\n".join(text.rstrip().splitlines()[-n:]) or "(no output)"
 
 
-def run_case(exp: Experiment, params: dict[str, Any], vals: dict[str, Any], *, image: str, raw: Path, repeats: int,
-             runner: Callable[..., int], mounts: tuple[str, ...] = ()) -> Case:
+def run_case(exp: Experiment, params: dict[str, Any], vals: dict[str, Any], *, place: Place, raw: Path,
+             repeats: int, mounts: tuple[str, ...] = ()) -> Case:
+    """Every repeat of one case as a job of the place (each in a container of the recipe's image, or as a process
+    of the cluster task that is one), its output kept in raw/; a failed repeat ends the case."""
     case = Case(exp.name, {k: v for k, v in params.items()})
     case.command = substitute(exp.run, {**vals, **params})
     outputs = []
@@ -126,10 +126,9 @@ def run_case(exp: Experiment, params: dict[str, Any], vals: dict[str, Any], *, i
         file = raw / exp.name / f"{case.key}-r{r}.txt"
         file.parent.mkdir(parents=True, exist_ok=True)
         start = time.monotonic()
-        with open(file, "w") as f:
-            code = runner(image, ["bash", "-eo", "pipefail", "-c", f"cd /src/{exp.cwd}\n{case.command}"],
-                          out=f, timeout=exp.timeout_s, scratch=file.parent, mounts=mounts)
-        output = file.read_text(errors="replace")
+        code = place.run(jobs.recipe_case(case.command, exp.cwd, output=file, scratch=file.parent,
+                                          timeout=exp.timeout_s, mounts=mounts))
+        output = file.read_text(errors="replace") if file.is_file() else ""
         metrics = {m.name: extract(m.regex, output, m.reduce) for m in exp.metrics}
         case.runs.append({"repeat": r, "exit_code": code, "seconds": round(time.monotonic() - start, 3),
                           "output": str(file.relative_to(raw.parent)), "metrics": metrics})
@@ -155,39 +154,13 @@ def run_case(exp: Experiment, params: dict[str, Any], vals: dict[str, Any], *, i
     return case
 
 
-def container_runner(gpu: bool | str = True, gpu_index: str | None = None,
-                     engine: Engine | None = None) -> Callable[..., int]:
-    """Run a command in the image as the caller, GPU attached, output to a file, killed after a timeout."""
-    eng = resolve_engine(engine)
-
-    def run(image: str, command: list[str], *, out: IO[str], timeout: float, scratch: Path,
-            mounts: tuple[str, ...] = ()) -> int:
-        name = runner.new_name()
-        timed_out = threading.Event()
-
-        def stop() -> None:
-            timed_out.set()
-            eng.remove_container(name)
-
-        timer = threading.Timer(timeout, stop)
-        timer.start()
-        try:
-            code = runner.run(image, command, gpu=gpu, gpu_index=gpu_index, name=name, out=out, engine=eng,
-                              mounts=(f"{scratch.resolve()}:{OUT}", *mounts), env={"KERNELLAB_OUT": OUT})
-        finally:
-            timer.cancel()
-        return TIMED_OUT if timed_out.is_set() else code
-
-    return run
-
-
 def planned(experiments: list[Experiment], quick: bool) -> list[tuple[Experiment, dict[str, Any]]]:
     """Every case a run of these experiments runs, in order (--quick: their quick grids)."""
     return [(e, p) for e in experiments for p in e.cases(quick)]
 
 
-def run_all(experiments: list[Experiment], vals: dict[str, Any], *, image: str, raw: Path, quick: bool,
-            runner: Callable[..., int], out: IO[str], cases: list[Case] | None = None,
+def run_all(experiments: list[Experiment], vals: dict[str, Any], *, place: Place, raw: Path, quick: bool,
+            out: IO[str], cases: list[Case] | None = None,
             mounts: Callable[[Experiment], tuple[str, ...]] = lambda e: ()) -> list[Case]:
     """Every case of the experiments (--quick: their quick grids, one repeat), in order; a failed case is
     recorded with why and the next one runs. Each case is appended to `cases` as it ends, so a caller
@@ -199,7 +172,7 @@ def run_all(experiments: list[Experiment], vals: dict[str, Any], *, image: str, 
         shown = " ".join(f"{k}={v}" for k, v in params.items())
         out.write(f"[{i}/{len(plan)}] {exp.name} {shown} ({repeats} run{'s' * (repeats > 1)}) ... ")
         out.flush()
-        case = run_case(exp, params, vals, image=image, raw=raw, repeats=repeats, runner=runner, mounts=mounts(exp))
+        case = run_case(exp, params, vals, place=place, raw=raw, repeats=repeats, mounts=mounts(exp))
         if case.problem:
             out.write(f"FAILED\n  {case.problem}\n")
         else:

@@ -21,17 +21,16 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Callable, Sequence
+from typing import IO, Any, Sequence
 
-from .. import cache_root, shown
+from .. import cache_root, jobs, shown
 from ..errors import RecipeError
-from .lock import FOLDER as LOCKS
+from ..places import Place
 from .model import Experiment, Input, Recipe
+from .pins import FOLDER as LOCKS
 
 DATA, STAND_IN, QUICK = "data", "stand-in", "quick stand-in"
 MOUNT = "/inputs"
-#: A command run in the recipe's image: (argv, mounts) -> exit code, its output to `out`.
-Runner = Callable[..., int]
 
 
 @dataclass(frozen=True)
@@ -60,28 +59,28 @@ def root(recipe: str) -> Path:
     return cache_root() / "recipes" / "inputs" / recipe
 
 
-def prepare_all(recipe: Recipe, names: Sequence[str], *, image: str, run: Runner, quick: bool = False,
+def prepare_all(recipe: Recipe, names: Sequence[str], *, place: Place, quick: bool = False,
                 stand_in: bool = False, out: IO[str]) -> dict[str, Ready]:
     """Every input named, ready in the cache (made or fetched where missing)."""
-    return {n: prepare(recipe, recipe.input(n), image=image, run=run, quick=quick, stand_in=stand_in, out=out)
+    return {n: prepare(recipe, recipe.input(n), place=place, quick=quick, stand_in=stand_in, out=out)
             for n in names}
 
 
-def prepare(recipe: Recipe, inp: Input, *, image: str, run: Runner, quick: bool, stand_in: bool,
+def prepare(recipe: Recipe, inp: Input, *, place: Place, quick: bool, stand_in: bool,
             out: IO[str]) -> Ready:
     if quick and inp.quick:
-        return _made(recipe, inp, QUICK, inp.quick.run, inp.quick.description, image=image, run=run, out=out)
+        return _made(recipe, inp, QUICK, inp.quick.run, inp.quick.description, place=place, out=out)
     if inp.run is not None:
-        return _made(recipe, inp, DATA, inp.run, inp.description, image=image, run=run, out=out)
+        return _made(recipe, inp, DATA, inp.run, inp.description, place=place, out=out)
     if stand_in or quick and inp.stand_in and not _cached_data(recipe, inp):
-        return _stand_in(recipe, inp, "asked for" if stand_in else "--quick", image=image, run=run, out=out)
+        return _stand_in(recipe, inp, "asked for" if stand_in else "--quick", place=place, out=out)
     try:
-        return _fetched(recipe, inp, image=image, run=run, out=out)
+        return _fetched(recipe, inp, place=place, out=out)
     except RecipeError as e:
         if inp.stand_in is None:
             raise
         out.write(f"input {inp.name}: {e}\n")
-        return _stand_in(recipe, inp, "the data could not be had", image=image, run=run, out=out)
+        return _stand_in(recipe, inp, "the data could not be had", place=place, out=out)
 
 
 def _stand_in(recipe: Recipe, inp: Input, why: str, **kw: Any) -> Ready:
@@ -133,9 +132,8 @@ def _finish(partial: Path, final: Path, about: dict[str, Any]) -> dict[str, Any]
     return _ready(final) or about
 
 
-def _in_image(command: str, mounts: list[str], *, image: str, run: Runner, log: Path, what: str) -> None:
-    with open(log, "w") as f:
-        code = run(image, ["bash", "-eo", "pipefail", "-c", command], out=f, mounts=tuple(mounts))
+def _in_image(command: str, mounts: list[str], *, place: Place, log: Path, what: str) -> None:
+    code = place.run(jobs.recipe_input(command, output=log, mounts=tuple(mounts)))
     if code != 0:
         tail = "\n".join(log.read_text(errors="replace").rstrip().splitlines()[-8:])
         raise RecipeError(f"{what} failed (exit code {code}); full log: {log}. Last lines:\n{tail}")
@@ -150,7 +148,7 @@ def _partial(final: Path) -> Path:
     return partial
 
 
-def _made(recipe: Recipe, inp: Input, kind: str, command: str, description: str, *, image: str, run: Runner,
+def _made(recipe: Recipe, inp: Input, kind: str, command: str, description: str, *, place: Place,
           out: IO[str]) -> Ready:
     final = root(recipe.name) / inp.name / f"{kind.replace(' ', '-')}-{_key(recipe, command)}"
     about = _ready(final)
@@ -159,7 +157,7 @@ def _made(recipe: Recipe, inp: Input, kind: str, command: str, description: str,
         out.write(f"input {inp.name}: making the {kind} ({description}) ...\n")
         out.flush()
         start = time.monotonic()
-        _in_image(command, [f"{partial}:/out"], image=image, run=run, log=final.with_name(final.name + ".log"),
+        _in_image(command, [f"{partial}:/out"], place=place, log=final.with_name(final.name + ".log"),
                   what=f"making input {inp.name} ({kind}: {command})")
         about = _finish(partial, final, {"kind": kind, "description": description, "command": command})
         out.write(f"input {inp.name}: made in {time.monotonic() - start:.0f} s, {shown(final)}\n")
@@ -188,7 +186,7 @@ def _record(recipe: Recipe, inp: Input, sha: str, size: int) -> Path:
     return path
 
 
-def _fetched(recipe: Recipe, inp: Input, *, image: str, run: Runner, out: IO[str]) -> Ready:
+def _fetched(recipe: Recipe, inp: Input, *, place: Place, out: IO[str]) -> Ready:
     assert inp.url is not None
     known = inp.sha256 or recorded(recipe).get(inp.name, {}).get("sha256", "")
     if known:
@@ -210,7 +208,7 @@ def _fetched(recipe: Recipe, inp: Input, *, image: str, run: Runner, out: IO[str
     final = root(recipe.name) / inp.name / f"data-{sha[:16]}"
     partial = _partial(final)
     if inp.prepare:
-        _in_image(inp.prepare, [f"{partial}:/out", f"{downloads}:/download:ro"], image=image, run=run,
+        _in_image(inp.prepare, [f"{partial}:/out", f"{downloads}:/download:ro"], place=place,
                   log=final.with_name(final.name + ".log"), what=f"preparing input {inp.name} ({inp.prepare})")
     else:
         shutil.copy2(file, partial / file.name)

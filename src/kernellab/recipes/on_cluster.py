@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import IO, Any, Sequence
 
 from ..cluster import profile as profiles
-from ..cluster import report, runs
+from ..cluster import runs
 from ..errors import RecipeError
 from . import build, claims, experiments, read, record
 
@@ -29,13 +29,13 @@ def submit(name: str, *, gpus: str | None, profile: str | None, k: str | None = 
                           f"nodes yet; run them here with `invoke recipe run {recipe.name}`, or choose others with -k.")
     built = build.build(recipe, target=target, out=out)
     req = runs.Request(kind="recipe", gpus=gpus, image=built.tags[0], names=[e.name for e in chosen],
-                       command=(str(recipe.folder.resolve()), *(["--quick"] if quick else [])), dry_run=dry_run,
-                       argv=sys.argv)
+                       command=(str(recipe.folder.resolve()),), quick=quick, dry_run=dry_run, argv=sys.argv,
+                       merger=f"{__name__}:merge")
     return runs.start(req, prof, out=out)
 
 
 def task_output(folder: Path) -> dict[str, Any]:
-    """What one task wrote (kernellab.recipes.task): the recipe's name, its image's lock, its cases."""
+    """What one task wrote (kernellab.recipes.task): the recipe's name, its image's manifest, its cases."""
     data = json.loads((folder / "cases.json").read_text())
     data["cases"] = [experiments.Case.from_dict(c) for c in data["cases"]]
     return dict(data)
@@ -57,17 +57,11 @@ def merge(local: Path, gpus: Sequence[str], tasks: Sequence[tuple[str, str, dict
         gpu_name = (status.get("gpus") or [{}])[0].get("name")
         judged = claims.judge(recipe, cases, gpu_name=gpu_name)
         verdicts[g] = {v.claim: v for v in judged}
-        lock = parts[0]["lock"]
-        provenance = {
-            "recipe": recipe.name, "paper": vars(recipe.paper), "quick": parts[0].get("quick", False),
-            "machine": {"gpu": {"name": gpu_name} if gpu_name else None, "driver": None, "clocks": {},
-                        "host": status.get("host"), "gpu_type": g},
-            "image": {"id": lock.get("image_id", ""), "target": lock.get("target"),
-                      "recipe_sha256": lock.get("recipe_sha256", ""), "base_id": lock.get("base_image")},
-            "sources": lock.get("sources", {}), "patches": lock.get("patches", []), "values": lock.get("values", {}),
-        }
-        units = {m.name: m.unit for e in recipe.experiments for m in e.metrics}
-        record.write(local / g, provenance=provenance, cases=cases, verdicts=judged, units=units)
+        made_of = parts[0]["manifest"]
+        machine = {"gpu": {"name": gpu_name} if gpu_name else None, "driver": None, "clocks": {},
+                   "host": status.get("host"), "gpu_type": g}
+        record.write(local / g, record.new(recipe, manifest=made_of, image_id=made_of.get("image_id", ""), machine=machine, cases=cases,
+                                           verdicts=judged, quick=parts[0].get("quick", False)))
     if recipe is None:
         return "No task left cases to judge: the task table below says why."
     rows = ["| claim | paper | " + " | ".join(gpus) + " |", "|---|---|" + "---|" * len(gpus)]
@@ -82,5 +76,3 @@ def merge(local: Path, gpus: Sequence[str], tasks: Sequence[tuple[str, str, dict
         rows.append(f"| {c.name} | {paper} | " + " | ".join(cells) + " |")
     return "## Claims per GPU type\n\n" + "\n".join(rows)
 
-
-report.MERGERS["recipe"] = merge

@@ -14,6 +14,7 @@ import json
 import socket
 import tempfile
 import time
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -21,9 +22,68 @@ from .. import ROOT, gpu, proc
 from ..errors import RecipeError
 from .claims import Verdict
 from .experiments import Case, sanity_value, short_problem
+from .model import Recipe
 
 RESULTS = ROOT / "results" / "recipes"
 FORMAT = "kernellab-recipe-run/1"
+
+
+@dataclass
+class Run:
+    """One reproduction run's record: what ran (cases), what it says (claims), and what it was made of. Written by
+    a run here and by a cluster run's merge alike (one writer, write()), read back by compare, export and plots
+    (one reader, load())."""
+
+    recipe: str
+    paper: dict[str, Any]                 # title, venue, year, url, ...
+    image: dict[str, Any]                 # id, tag, target, base_id, base_lock_sha256, recipe_sha256, recipe_manifest_sha256
+    machine: dict[str, Any]               # gpu, driver, clocks, host, kernellab_commit/_dirty/_tree (gpu_type: a cluster's)
+    sources: dict[str, Any]               # name -> {url, commit, submodules}, as the build verified them
+    patches: list[dict[str, Any]]         # in the order applied: file, sha256, reason
+    cases: list[Case]
+    claims: list[Verdict]
+    values: dict[str, Any] = field(default_factory=dict)   # the values the build's commands used
+    units: dict[str, str] = field(default_factory=dict)    # metric -> unit
+    inputs: dict[str, Any] = field(default_factory=dict)
+    quick: bool = False
+    select: str | None = None
+    planned: int | None = None            # the cases the run set out to run
+    stopped_early: bool = False           # every planned case is recorded, failed or not, unless the run stopped
+    date: str = ""
+    argv: list[str] = field(default_factory=list)
+    engine: str | None = None
+    incomplete: str | None = None         # why a record could not be written whole (salvage)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {"format": FORMAT, **data, "cases": [c.to_dict() for c in self.cases],
+                "claims": [v.to_dict() for v in self.claims]}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Run:
+        if data.get("format") != FORMAT:
+            raise RecipeError(f"a record of format {data.get('format')!r}, not {FORMAT}: written by another kernellab.")
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known and k not in ("cases", "claims")},
+                   cases=[Case.from_dict(c) for c in data.get("cases", [])],
+                   claims=[Verdict(**v) for v in data.get("claims", [])])
+
+    @property
+    def finished(self) -> bool:
+        return not self.stopped_early and not self.incomplete
+
+
+def new(recipe: Recipe, *, manifest: dict[str, Any], image_id: str, machine: dict[str, Any], cases: list[Case],
+        verdicts: list[Verdict], image_facts: dict[str, Any] | None = None, **rest: Any) -> Run:
+    """A run's record from the recipe, the image's manifest (what it was made of, read from the image itself: its
+    target, base, sources, patches and values) and what ran; the one place a record's provenance is put together,
+    for a run here and a cluster run alike. image_facts: what only this machine knows (tag, labels)."""
+    image = {"id": image_id, "target": manifest.get("target"), "base_id": manifest.get("base_image"),
+             "recipe_sha256": manifest.get("recipe_sha256", ""), **(image_facts or {})}
+    return Run(recipe=recipe.name, paper=vars(recipe.paper), image=image, machine=machine,
+               sources=manifest.get("sources", {}), patches=list(manifest.get("patches", [])),
+               values=manifest.get("values", {}), cases=cases, claims=verdicts,
+               units={m.name: m.unit for e in recipe.experiments for m in e.metrics}, **rest)
 
 
 def run_folder(recipe: str, gpu_name: str | None, root: Path = RESULTS) -> Path:
@@ -71,34 +131,33 @@ def working_tree() -> str | None:
     return tree.stdout.strip() if tree and tree.ok else None
 
 
-def write(folder: Path, *, provenance: dict[str, Any], cases: Sequence[Case], verdicts: Sequence[Verdict],
-          units: dict[str, str]) -> None:
-    data = {"format": FORMAT, **provenance, "cases": [c.to_dict() for c in cases],
-            "claims": [v.to_dict() for v in verdicts]}
-    (folder / "run.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+def write(folder: Path, run: Run) -> None:
+    """run.json, metrics.csv, claims.md, summary.md and the plots."""
+    (folder / "run.json").write_text(json.dumps(run.to_dict(), indent=2, sort_keys=True) + "\n")
     with open(folder / "metrics.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["experiment", "case", "metric", "value", "unit", "repeats", "sane", "problem"])
-        for c in cases:
+        for c in run.cases:
             rows: dict[str, float | None] = dict(c.metrics) or {"-": None}
             for name, value in rows.items():
-                w.writerow([c.experiment, json.dumps(c.params, sort_keys=True), name, value, units.get(name, ""),
+                w.writerow([c.experiment, json.dumps(c.params, sort_keys=True), name, value, run.units.get(name, ""),
                             len(c.runs), c.sane, short_problem(c.problem) if c.problem else ""])
-    (folder / "claims.md").write_text(claims_table(verdicts) + "\n")
-    (folder / "summary.md").write_text(summary(data) + "\n")
-    plot(folder, verdicts)
-    plot_metrics(folder, cases, units, stand_in=any(i.get("kind") != "data" for i in (data.get("inputs") or {}).values()))
+    (folder / "claims.md").write_text(claims_table(run.claims) + "\n")
+    (folder / "summary.md").write_text(summary(run) + "\n")
+    plot(folder, run.claims)
+    plot_metrics(folder, run.cases, run.units, stand_in=any(i.get("kind") != "data" for i in run.inputs.values()))
 
 
-def load(folder: Path | str) -> dict[str, Any]:
+def load(folder: Path | str) -> Run:
     path = Path(folder) / "run.json"
     if not path.is_file():
         raise RecipeError(f"{folder} is not a recipe run (no run.json); pass a folder under results/recipes/<name>/.")
-    data = json.loads(path.read_text())
-    if data.get("format") != FORMAT:
-        raise RecipeError(f"{path} is format {data.get('format')!r}, not {FORMAT}; it was written by another kernellab.")
-    data["cases"] = [Case.from_dict(c) for c in data["cases"]]
-    return dict(data)
+    try:
+        return Run.from_dict(json.loads(path.read_text()))
+    except (ValueError, TypeError) as e:
+        raise RecipeError(f"{path} is not a readable recipe record ({e}).") from None
+    except RecipeError as e:
+        raise RecipeError(f"{path} is {e}") from None
 
 
 def claims_table(verdicts: Sequence[Verdict]) -> str:
@@ -113,67 +172,66 @@ def claims_table(verdicts: Sequence[Verdict]) -> str:
     return "\n".join(rows)
 
 
-def summary(data: dict[str, Any]) -> str:
-    g = data.get("machine", {}).get("gpu") or {}
-    cases: list[dict[str, Any]] = [c if isinstance(c, dict) else c.to_dict() for c in data["cases"]]
+def summary(run: Run) -> str:
+    g = run.machine.get("gpu") or {}
     counts: dict[str, int] = {}
-    for v in data["claims"]:
-        counts[v["verdict"]] = counts.get(v["verdict"], 0) + 1
-    clocks = data["machine"].get("clocks", {})
-    lines = [f"# {data['recipe']}: {data['paper']['title']} ({data['paper']['venue']} {data['paper']['year']})", "",
-             f"- GPU: {g['name']} (driver {data['machine'].get('driver')}), SM clock at the start "
+    for v in run.claims:
+        counts[v.verdict] = counts.get(v.verdict, 0) + 1
+    clocks = run.machine.get("clocks", {})
+    paper = run.paper
+    lines = [f"# {run.recipe}: {paper.get('title')} ({paper.get('venue')} {paper.get('year')})", "",
+             f"- GPU: {g['name']} (driver {run.machine.get('driver')}), SM clock at the start "
              f"{clocks.get('clocks.sm', '?')} (max {clocks.get('clocks.max.sm', '?')})" if g else "- GPU: none (a CPU run)",
-             f"- image: `{data['image']['id'][:19]}` (target {data['image']['target']}, recipe hash "
-             f"{data['image']['recipe_sha256'][:12]}), kernellab {str(data['machine'].get('kernellab_commit'))[:10]}"
-             + (" with uncommitted changes" if data["machine"].get("kernellab_dirty") else "")
-             + (f" (working tree {data['machine']['kernellab_tree'][:12]})" if data["machine"].get("kernellab_tree")
-                else ""),
+             f"- image: `{str(run.image.get('id'))[:19]}` (target {run.image.get('target')}, recipe hash "
+             f"{str(run.image.get('recipe_sha256'))[:12]}), kernellab {str(run.machine.get('kernellab_commit'))[:10]}"
+             + (" with uncommitted changes" if run.machine.get("kernellab_dirty") else "")
+             + (f" (working tree {run.machine['kernellab_tree'][:12]})" if run.machine.get("kernellab_tree") else ""),
              "- sources: " + ", ".join(f"{k} {v['commit'][:10]}" + "".join(f", {p} {c[:10]}" for p, c in
                                                                            v.get("submodules", {}).items())
-                                       for k, v in data["sources"].items()),
-             "- patches" + (", in order" if isinstance(data.get("patches"), list) else "") + ": " + ("; ".join(f"{p['file']} ({p['reason']})" for p in _patches(data)) or "none"),
-             f"- {'quick run (one repeat, the quick grid)' if data.get('quick') else 'full run'}; "
-             + _how_far(data, len(cases)) + f", {sum(len(c['runs']) for c in cases)} commands, "
-             f"{sum(1 for c in cases if c['problem'])} failed",
+                                       for k, v in run.sources.items()),
+             "- patches, in order: " + ("; ".join(f"{p['file']} ({p['reason']})" for p in _patches(run)) or "none"),
+             f"- {'quick run (one repeat, the quick grid)' if run.quick else 'full run'}; "
+             + _how_far(run) + f", {sum(len(c.runs) for c in run.cases)} commands, "
+             f"{sum(1 for c in run.cases if c.problem)} failed",
              *(f"- input {n}: {'**' + i['kind'].upper() + '**' if i['kind'] != 'data' else 'data'} ({i['description']})"
-               for n, i in (data.get("inputs") or {}).items()),
+               for n, i in run.inputs.items()),
              "- verdicts: " + (", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "none"), "",
-             "## Claims", "", claims_table([Verdict(**v) for v in data["claims"]])
-             or f"None encoded: {data['paper'].get('no_claims') or 'the recipe has none'}", "", "## Cases", "",
+             "## Claims", "", claims_table(run.claims)
+             or f"None encoded: {paper.get('no_claims') or 'the recipe has none'}", "", "## Cases", "",
              "| experiment | case | metrics (median) | sanity | runs | problem |", "|---|---|---|---|---|---|"]
-    for c in cases:
-        metrics = ", ".join(f"{k} {v:g}" for k, v in c["metrics"].items()) or "-"
+    for c in run.cases:
+        metrics = ", ".join(f"{k} {v:g}" for k, v in c.metrics.items()) or "-"
         sanity = "; ".join(f"{s['name']} {sanity_value(s)} ({'ok' if s['ok'] else 'FAILED'}, {s['bound']})"
-                           for s in c["sanity"]) or "-"
-        params = " ".join(f"{k}={v}" for k, v in c["params"].items())
-        problem = short_problem(c["problem"]) if c["problem"] else "-"
-        lines.append(f"| {c['experiment']} | {params} | {metrics} | {sanity} | {len(c['runs'])} | {problem} |")
-    if data.get("incomplete"):
-        lines += ["", f"**This record is incomplete**: {data['incomplete']}. The cases above are all that ran."]
+                           for s in c.sanity) or "-"
+        params = " ".join(f"{k}={v}" for k, v in c.params.items())
+        problem = short_problem(c.problem) if c.problem else "-"
+        lines.append(f"| {c.experiment} | {params} | {metrics} | {sanity} | {len(c.runs)} | {problem} |")
+    if run.incomplete:
+        lines += ["", f"**This record is incomplete**: {run.incomplete}. The cases above are all that ran."]
     return "\n".join(lines)
 
 
 def salvage(folder: Path, *, recipe: str, cases: Sequence[Case], why: str) -> None:
     """What is left to write when the full record cannot be (the engine gone, the image lost): the cases that
     ran, and why the rest is missing. A run's cases are never lost to a failure after them."""
-    data = {"format": FORMAT, "recipe": recipe, "paper": {"title": "?", "venue": "?", "year": "?"},
-            "incomplete": why, "image": {"id": "?", "target": "?", "recipe_sha256": "?"}, "machine": {},
-            "sources": {}, "patches": [], "cases": [c.to_dict() for c in cases], "claims": []}
-    (folder / "run.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    (folder / "summary.md").write_text(summary(data) + "\n")
+    run = Run(recipe=recipe, paper={"title": "?", "venue": "?", "year": "?"}, image={"id": "?", "target": "?",
+              "recipe_sha256": "?"}, machine={}, sources={}, patches=[], cases=list(cases), claims=[], incomplete=why)
+    (folder / "run.json").write_text(json.dumps(run.to_dict(), indent=2, sort_keys=True) + "\n")
+    (folder / "summary.md").write_text(summary(run) + "\n")
 
 
-def _patches(data: dict[str, Any]) -> list[dict[str, Any]]:
+def _patches(run: Run) -> list[dict[str, Any]]:
     """The patches in the order applied (runs before 2026-11-24 kept them as a dict by file name)."""
-    patches = data.get("patches") or []
+    patches: Any = run.patches or []
     return [{"file": k, **v} for k, v in patches.items()] if isinstance(patches, dict) else list(patches)
 
 
-def _how_far(data: dict[str, Any], ran: int) -> str:
+def _how_far(run: Run) -> str:
     """`11 cases`; for a run that stopped before its end (Ctrl-C, an engine error), `3 of 5 cases` and says so."""
-    if not data.get("stopped_early"):
-        return f"{ran} cases"
-    return f"{ran} of {data.get('planned', '?')} cases (**STOPPED EARLY**, interrupted: the cases that ran are kept)"
+    if not run.stopped_early:
+        return f"{len(run.cases)} cases"
+    return (f"{len(run.cases)} of {run.planned or '?'} cases (**STOPPED EARLY**, interrupted: the cases that ran are "
+            "kept)")
 
 
 def plot(folder: Path, verdicts: Sequence[Verdict]) -> None:
@@ -239,21 +297,22 @@ def plot_metrics(folder: Path, cases: Sequence[Case], units: dict[str, str], *, 
     plt.close(fig)
 
 
-def compare(old: dict[str, Any], new: dict[str, Any]) -> str:
+def compare(old: Run, new: Run) -> str:
     """Two reproduction runs side by side: every case's metrics and every claim's verdict."""
     rows = ["| experiment | case | metric | old | new | new/old |", "|---|---|---|---|---|---|"]
-    before = {c.key: c for c in old["cases"]}
-    for c in new["cases"]:
+    before = {c.key: c for c in old.cases}
+    for c in new.cases:
         o = before.get(c.key)
         for name, value in c.metrics.items():
             was = o.metrics.get(name) if o else None
             ratio = f"{value / was:.3f}" if was else "-"
             params = " ".join(f"{k}={v}" for k, v in c.params.items())
             rows.append(f"| {c.experiment} | {params} | {name} | {was if was is not None else '-'} | {value:g} | {ratio} |")
-    verdicts = {v["claim"]: v for v in old["claims"]}
+    verdicts = {v.claim: v for v in old.claims}
     rows += ["", "| claim | old verdict | new verdict | old measured | new measured |", "|---|---|---|---|---|"]
-    for v in new["claims"]:
-        o = verdicts.get(v["claim"], {})
-        rows.append(f"| {v['claim']} | {o.get('verdict', '-')} | {v['verdict']} | {o.get('measured', '-')} | "
-                    f"{v['measured'] if v['measured'] is not None else '-'} |")
+    for v in new.claims:
+        earlier = verdicts.get(v.claim)
+        rows.append(f"| {v.claim} | {earlier.verdict if earlier else '-'} | {v.verdict} | "
+                    f"{earlier.measured if earlier and earlier.measured is not None else '-'} | "
+                    f"{v.measured if v.measured is not None else '-'} |")
     return "\n".join(rows)

@@ -1,47 +1,35 @@
 """One experiment of a recipe, run inside its built image on a cluster node (`invoke recipe run --on slurm`):
 
-    python3 -m kernellab.recipes.task NAME [--quick] EXPERIMENT --out FOLDER
+    python -m kernellab.recipes.task RECIPE EXPERIMENT [--quick] --out FOLDER   (kernellab.jobs.recipe_task)
 
 The cluster task is already the container (GPU attached, /workspace the run's snapshot of the repository), so
-each case runs here as a plain process, in /src. It writes FOLDER/cases.json (what `invoke recipe run` records
-for a case) and FOLDER/raw/, which the submitting side gathers and judges per GPU type
-(kernellab.recipes.on_cluster). Standard library and kernellab's source only: the image's Python runs it.
+each case's job runs here in the Native place, as a process, in /src. It writes FOLDER/cases.json (what
+`invoke recipe run` records for a case) and FOLDER/raw/, which the submitting side gathers and judges per GPU
+type (kernellab.recipes.on_cluster). Standard library and kernellab's source only: the image's Python runs it.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from ..errors import KernellabError
-from . import experiments, read
+from ..places import Native, Place
+from . import experiments, manifest, read
 
-#: Where a recipe's image keeps its lock (with the values its commands were built with) and the recipe itself.
-LOCK = Path("/etc/kernellab/recipe-lock.json")
+#: Where a recipe's image keeps its manifest (with the values its commands were built with) and the recipe itself.
+MANIFEST = Path(manifest.IN_IMAGE)
 IN_IMAGE = Path("/recipe")
 
 
-def native_runner(image: str, command: list[str], *, out: IO[str], timeout: float, scratch: Path,
-                  mounts: tuple[str, ...] = ()) -> int:
-    """A case as a process of this container; killed after timeout (exit code experiments.TIMED_OUT)."""
-    del image  # the task runs inside it already
-    assert not mounts, "a cluster task's experiment reads no inputs (kernellab.recipes.on_cluster refuses them)"
-    env = {**os.environ, "KERNELLAB_OUT": str(scratch.resolve())}
-    try:
-        return subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=env, timeout=timeout).returncode
-    except subprocess.TimeoutExpired:
-        return experiments.TIMED_OUT
-
-
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, place: Place | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m kernellab.recipes.task", description=__doc__.splitlines()[0])
     p.add_argument("recipe", help="the recipe's folder as the submitting side named it (its name is the last part)")
-    p.add_argument("--quick", action="store_true")
     p.add_argument("experiment")
+    p.add_argument("--quick", action="store_true")
     p.add_argument("--out", type=Path, required=True)
     a = p.parse_args(argv)
     try:
@@ -49,15 +37,15 @@ def main(argv: list[str] | None = None) -> int:
         name = Path(a.recipe).name
         recipe = read.load_folder(IN_IMAGE, name) if (IN_IMAGE / "recipe.toml").is_file() else read.load(a.recipe)
         exp = recipe.experiment(a.experiment)
-        lock: dict[str, Any] = json.loads(LOCK.read_text()) if LOCK.is_file() else {}
-        lock["image_id"] = os.environ.get("KERNELLAB_IMAGE_ID", "")
+        made_of: dict[str, Any] = json.loads(MANIFEST.read_text()) if MANIFEST.is_file() else {}
+        made_of["image_id"] = os.environ.get("KERNELLAB_IMAGE_ID", "")
         a.out.mkdir(parents=True, exist_ok=True)
-        cases = experiments.run_all([exp], lock.get("values", {}), image="", raw=a.out / "raw", quick=a.quick,
-                                    runner=native_runner, out=sys.stdout)
+        cases = experiments.run_all([exp], made_of.get("values", {}), place=place or Native(), raw=a.out / "raw",
+                                    quick=a.quick, out=sys.stdout)
     except KernellabError as e:
         print(f"kernellab: {e}", file=sys.stderr)
         return e.exit_code or 1
-    done = {"recipe": a.recipe, "quick": a.quick, "lock": lock, "cases": [c.to_dict() for c in cases]}
+    done = {"recipe": a.recipe, "quick": a.quick, "manifest": made_of, "cases": [c.to_dict() for c in cases]}
     (a.out / "cases.json").write_text(json.dumps(done, indent=1) + "\n")
     return 1 if any(c.problem for c in cases) else 0
 

@@ -1,18 +1,19 @@
 """What `invoke recipe ...` does: list, check, build, run, shell, export. The tasks call these and print."""
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import sys
 import time
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import IO, Any
 
-from .. import gpu
-from ..container import runner as runner_module
+from .. import gpu, jobs
 from ..engine import Engine, resolve_engine
 from ..errors import RecipeError
+from ..places import Container, Place
 from . import build as builds
-from . import checks, claims, experiments, inputs, lock, model, read, record, sources, values
+from . import checks, claims, experiments, inputs, manifest, model, read, record, sources, values
 
 
 class Stopped(KeyboardInterrupt):
@@ -82,9 +83,12 @@ def _origin(i: model.Input) -> str:
 
 def run(name: str, *, target: str | None = None, k: str | None = None, quick: bool = False, stand_in: bool = False,
         gpu_mode: bool | str = True, gpu_index: str | None = None, wheelhouse: Path | None = None,
-        runner: Callable[..., int] | None = None, results: Path = record.RESULTS, engine: Engine | None = None,
+        place: Place | None = None, results: Path = record.RESULTS, engine: Engine | None = None,
         out: IO[str] = sys.stdout) -> tuple[Path, list[claims.Verdict], list[experiments.Case]]:
-    """Build (cached), run the selected experiments, judge the claims, write the record; return its folder."""
+    """Build (cached), run the selected experiments, judge the claims, write the record; return its folder.
+
+    Every case is a job (kernellab.jobs.recipe_case) of one place: a container of the built image, as gpu_mode and
+    gpu_index say (a test may hand its own place)."""
     recipe = read.load(name)
     selected = experiments.select(recipe, k)
     eng = resolve_engine(engine).require()
@@ -98,21 +102,15 @@ def run(name: str, *, target: str | None = None, k: str | None = None, quick: bo
     checks.check_host(recipe, gpus=chosen_gpus, run=True, built=spec.ccs if spec.cuda else ())
     built = builds.build(recipe, target=target, wheelhouse=wheelhouse, engine=eng, out=out)
     out.write(f"image {built.tags[0]} ({'unchanged, not rebuilt' if built.cached else f'built in {built.seconds:.0f} s'})\n")
-    env_ = built.env
-
-    def plain(image: str, argv: list[str], *, out: IO[str], mounts: tuple[str, ...]) -> int:
-        return runner_module.run(image, argv, gpu=False, out=out, mounts=mounts, engine=eng)
-
-    ready = inputs.prepare_all(recipe, inputs.needed(chosen), image=built.image_id, run=plain, quick=quick,
-                               stand_in=stand_in, out=out)
+    place = place or Container(built.image, gpu_mode, gpu_index, eng)
+    ready = inputs.prepare_all(recipe, inputs.needed(chosen), place=place, quick=quick, stand_in=stand_in, out=out)
     about = record.machine(chosen_gpus[0] if chosen_gpus else None)
     gpu_name = (about["gpu"] or {}).get("name")
     folder = record.run_folder(recipe.name, gpu_name, results)
     cases: list[experiments.Case] = []
     planned = len(experiments.planned(chosen, quick))
     try:
-        experiments.run_all(chosen, env_.values, image=built.image_id, raw=folder / "raw", quick=quick,
-                            runner=runner or experiments.container_runner(gpu_mode, gpu_index, eng), out=out,
+        experiments.run_all(chosen, built.env.values, place=place, raw=folder / "raw", quick=quick, out=out,
                             cases=cases, mounts=lambda e: inputs.mounts(ready, e))
     except KeyboardInterrupt:
         raise Stopped(folder, len(cases), planned) from None
@@ -131,24 +129,16 @@ def run(name: str, *, target: str | None = None, k: str | None = None, quick: bo
 def _record(recipe: model.Recipe, folder: Path, cases: list[experiments.Case], built: builds.Built,
             about: dict[str, Any], ready: dict[str, inputs.Ready], *, k: str | None, quick: bool,
             eng: Engine, planned: int, absent: dict[str, str]) -> list[claims.Verdict]:
-    env_ = built.env
     verdicts = claims.judge(recipe, cases, gpu_name=(about["gpu"] or {}).get("name"),
                             stand_ins=inputs.stand_ins(recipe, ready), absent=absent)
-    labels = builds.verified_image(recipe, built.image_id, eng)
-    made_of = lock.read_record(recipe.name, built.image_id, eng)
-    provenance = {
-        "recipe": recipe.name, "paper": vars(recipe.paper), "quick": quick, "select": k, "planned": planned,
-        "stopped_early": len(cases) < planned,  # every planned case is recorded, failed or not, unless the run stopped
-        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "argv": sys.argv, "machine": about, "engine": eng.name,
-        "image": {"id": built.image_id, "tag": built.tags[0], "target": env_.spec.target, "base_id": env_.base_id,
-                  "base_lock_sha256": eng.labels(env_.base).get("kernellab.lock-sha256"),
-                  "recipe_sha256": labels.get("kernellab.recipe-sha256"),
-                  "recipe_lock_sha256": labels.get("kernellab.recipe-lock-sha256")},
-        "sources": made_of["sources"], "patches": made_of["patches"], "values": env_.values,
-        "inputs": {n: r.to_dict() for n, r in ready.items()},
-    }
-    units = {m.name: m.unit for e in recipe.experiments for m in e.metrics}
-    record.write(folder, provenance=provenance, cases=cases, verdicts=verdicts, units=units)
+    labels = builds.verified_image(recipe, built.image)
+    facts = {"tag": built.tags[0], "base_lock_sha256": eng.labels(built.env.base_id).get("kernellab.lock-sha256"),
+             "recipe_manifest_sha256": labels.get("kernellab.recipe-manifest-sha256")}
+    run = record.new(recipe, manifest=manifest.read(recipe.name, built.image_id, eng), image_id=built.image_id,
+                     image_facts=facts, machine=about, cases=cases, verdicts=verdicts, quick=quick, select=k, planned=planned,
+                     stopped_early=len(cases) < planned, date=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                     argv=list(sys.argv), engine=eng.name, inputs={n: r.to_dict() for n, r in ready.items()})
+    record.write(folder, run)
     return verdicts
 
 
@@ -181,8 +171,8 @@ def shell(name: str, *, step: int | None = None, target: str | None = None, gpu_
                   f"sources, writable, kept; no build reads it; delete it for a fresh one): `git -C {mine} diff` there "
                   f"shows the recipe's patches and your fix; save the fix as recipes/{recipe.name}/patches/NAME.diff, "
                   f"add it to recipe.toml, build again.\n")
-    return runner_module.run(built.image_id, ["bash"], gpu=gpu_mode, gpu_index=gpu_index, interactive=True,
-                          mounts=(f"{mine}:/sources",), engine=eng)
+    return Container(built.image, gpu_mode, gpu_index, eng).run(
+        dataclasses.replace(jobs.shell(), interactive=True, mounts=(f"{mine}:/sources",)))
 
 
 def export(name: str, output: Path, *, target: str | None = None, runs: tuple[Path, ...] = (),
@@ -214,13 +204,13 @@ def _runs_of(image_id: str, runs: tuple[Path, ...]) -> tuple[list[Path], list[tu
     mine, left = [], []
     for r in runs:
         try:
-            data = record.load(r)
+            run = record.load(r)
         except RecipeError as e:
             left.append((r, str(e)))
             continue
-        if data.get("image", {}).get("id") != image_id:
-            left.append((r, f"made with image {str(data.get('image', {}).get('id'))[:19]}"))
-        elif data.get("stopped_early") or data.get("incomplete"):
+        if run.image.get("id") != image_id:
+            left.append((r, f"made with image {str(run.image.get('id'))[:19]}"))
+        elif not run.finished:
             left.append((r, "stopped early: not a finished run"))
         else:
             mine.append(r)

@@ -1,24 +1,20 @@
-"""A recipe's lock: the Python packages its build added to the target's image, pinned, per target.
+"""A recipe's pins: the Python packages its build added to the target's image, `name==version`, per target.
 
-`recipes/<name>/locks/<target>.json` is written by the first build that resolved them and committed with the
-recipe, like docker/locks/<target>.json for a target. Later builds install exactly those versions (`prefer`,
-the default), refuse to build without a lock that fits the recipe's `pip` list (`strict`, `--locked`), or
-resolve afresh and rewrite the lock (`update`, `--update`). The target's own packages are the target's lock.
-The record of what one build was made of (sources and submodules at their commits, patches with their reasons,
-the values its commands used, its steps) is beside it: written into the build context, copied into the image as
-/etc/kernellab/recipe-lock.json (its sha256 a label), which a run reads back from the image it runs.
-This module is the one reader and writer of both.
+`recipes/<name>/locks/<target>.json` (the recipe's lock file) is written by the first build that resolved them
+and committed with the recipe, like docker/locks/<target>.json for a target. Later builds install exactly those
+versions (`prefer`, the default), refuse to build without pins that fit the recipe's `pip` list (`strict`,
+`--locked`), or resolve afresh and rewrite them (`update`, `--update`). The target's own packages are the
+target's lock. What one build was made of is its manifest (kernellab.recipes.manifest).
+This module is the one reader and writer of the pins.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from pathlib import Path
 from typing import IO, Any, Literal
 
-from .. import proc, shown
-from ..engine import Engine
+from .. import shown
 from ..errors import RecipeError
 from .model import Recipe
 
@@ -46,7 +42,7 @@ def read(recipe: Recipe, target: str) -> dict[str, Any] | None:
     return dict(lock)
 
 
-def pins(recipe: Recipe, target: str, mode: Mode, out: IO[str]) -> list[str] | None:
+def chosen(recipe: Recipe, target: str, mode: Mode, out: IO[str]) -> list[str] | None:
     """The `name==version` list a build installs instead of the recipe's pip list, or None (resolve it)."""
     if not recipe.pip or mode == "update":
         return None
@@ -90,29 +86,3 @@ def fits(recipe: Recipe, target: str, added: dict[str, str]) -> bool:
     """Whether an image whose pip layer added `added` is what the lock says (True without a lock)."""
     lock = read(recipe, target)
     return lock is None or not recipe.pip or (lock["requirements"] == list(recipe.pip) and lock["pip"] == added)
-
-
-RECORD = "lock.json"
-
-
-def write_record(context: Path, record: dict[str, Any]) -> str:
-    """The build's record into the build context (the Dockerfile copies it into the image); its sha256."""
-    path = context / RECORD
-    path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-#: Where a recipe's image keeps its record (the only copy: a run reads it from the image it runs).
-IN_IMAGE = "/etc/kernellab/recipe-lock.json"
-
-
-def read_record(recipe: str, image_id: str, eng: Engine) -> dict[str, Any]:
-    """What the recipe's image was made of, read from the image itself (whatever cache built it)."""
-    argv = eng.probe_argv(image_id, [IN_IMAGE], entrypoint="cat")
-    r = proc.run(argv, check=False, timeout=120)
-    try:
-        return dict(json.loads(r.stdout))
-    except ValueError:
-        raise RecipeError(f"the image {image_id[:19]} of recipe {recipe} has no readable {IN_IMAGE} "
-                          f"({(r.stderr or r.stdout).strip()[-200:]}); rebuild it with `invoke recipe build {recipe} "
-                          f"--no-cache`.") from None
