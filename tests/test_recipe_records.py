@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernellab.recipes import claims, model, read, record
-from kernellab.recipes.experiments import Case, short_problem
+from kernellab.recipes.manifest import Manifest
+from kernellab.recipes.experiments import Case, Checked, Repeat, short_problem
 from recipe_fixtures import write_recipe
 
 #: Every kind of number a metric regex can hand over (float() of what matched): 0, negative, tiny, huge, inf, NaN.
@@ -45,6 +46,8 @@ where = "table 2"
 tolerance = {tolerance}
 '''
 
+ONE_RUN = Repeat(1, 0, 0.1, "raw/x-r1.txt", {})
+
 
 def _recipe(folder: Path, tolerance: float = 0.1) -> model.Recipe:
     folder = write_recipe(folder, {"paper": "a" * 40, "helper": "b" * 40}, extra=ABSOLUTE.format(tolerance=tolerance))
@@ -59,7 +62,7 @@ def _recipe(folder: Path, tolerance: float = 0.1) -> model.Recipe:
 
 def _case(exp: str, time_ms: float, gbs: float, sane: bool = True) -> Case:
     return Case(exp, {"n": 10}, metrics={"time_ms": time_ms, "gbs": gbs},
-                sanity=[{"name": "max_diff", "value": 0.001, "bound": "<= 0.01", "ok": sane}], runs=[{}])
+                sanity=[Checked("max_diff", 0.001, "<= 0.01", sane)], runs=[ONE_RUN])
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +90,7 @@ def test_every_claim_gets_a_verdict_with_a_reason_for_any_metric_value(recipe, o
 
 
 def _run(recipe, cases, verdicts) -> record.Run:
-    return record.new(recipe, manifest={"target": "cpu", "recipe_sha256": "1" * 64}, image_id="sha256:" + "0" * 64,
+    return record.new(recipe, manifest=Manifest("fastop", "1" * 64, "cpu", "sha256:" + "2" * 64, {}, [], {}), image_id="sha256:" + "0" * 64,
                       machine={"gpu": None, "clocks": {}}, cases=cases, verdicts=verdicts)
 
 
@@ -139,7 +142,7 @@ def test_a_failed_cases_reason_is_whole_in_every_table(tmp_path, recipe):
     problem = "fastop {'n': 10} exited with code 127; last lines:\nstarting\n./bench.sh: line 3: fastbin: command not found"
     assert short_problem(problem) == ("fastop {'n': 10} exited with code 127 (last line: ./bench.sh: line 3: fastbin: "
                                       "command not found)")
-    failed = Case("fastop", {"n": 10}, problem=problem, runs=[{}])
+    failed = Case("fastop", {"n": 10}, problem=problem, runs=[ONE_RUN])
     cases = [failed, _case("baseline", 100, 1.0)]
     verdicts = claims.judge(recipe, cases, gpu_name=None)
     record.write(tmp_path, _run(recipe, cases, verdicts))
@@ -158,3 +161,17 @@ def test_a_record_whose_writing_fails_still_keeps_the_cases_that_ran(tmp_path):
     assert "**This record is incomplete**" in (tmp_path / "summary.md").read_text()
     back = record.load(tmp_path)
     assert back.cases[0].metrics["time_ms"] == 20 and not back.finished
+
+
+def test_every_committed_record_reads_back_as_the_one_record_type_unchanged():
+    """results/recipes/*/*/run.json as compare and export read them: whole, and written back the same."""
+    from kernellab import ROOT
+
+    found = sorted((ROOT / "results" / "recipes").glob("*/*/run.json"))
+    assert found, "no committed recipe record"
+    for path in found:
+        run = record.load(path.parent)
+        assert run.cases and run.claims and run.finished, path
+        data = json.loads(path.read_text())
+        again = run.to_dict()
+        assert {k: again[k] for k in data} == data, path   # nothing lost in the typed record

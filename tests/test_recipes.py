@@ -13,8 +13,10 @@ import pytest
 
 from kernellab.errors import RecipeError
 from kernellab.recipes import claims, experiments, model, read, sources
-from kernellab.recipes.experiments import Case
+from kernellab.recipes.experiments import Case, Checked, Repeat
 from recipe_fixtures import git, make_mirror, mirror_env, write_recipe
+
+ONE_RUN = Repeat(1, 0, 0.1, "raw/x-r1.txt", {})
 
 
 @pytest.fixture
@@ -348,7 +350,7 @@ def test_metrics_are_extracted_per_repeat_and_a_case_runs_in_its_folder(tmp_path
                                 out=open("/dev/null", "w"))
     assert len(calls) == 4 and calls[0][-1].startswith("cd /src/.\nbash bench.sh 10")
     assert [c.metrics for c in cases] == [{"time_ms": 20.0}, {"time_ms": 40.0}]
-    assert cases[0].sane and not cases[1].sane and cases[1].sanity[0]["value"] == 0.5
+    assert cases[0].sane and not cases[1].sane and cases[1].sanity[0].value == 0.5
     assert (tmp_path / "raw/fastop/fastop-n10-r2.txt").read_text().endswith("time: 20 ms\n")
 
 
@@ -370,8 +372,8 @@ def test_a_failing_or_timed_out_case_is_recorded_and_the_run_goes_on(tmp_path):
 
 def _case(exp: str, n: int, ms: float | None, sane: bool = True, problem: str | None = None) -> Case:
     return Case(exp, {"n": n}, metrics={} if ms is None else {"time_ms": ms},
-                sanity=[{"name": "max_diff", "value": 0.001 if sane else 0.5, "bound": "<= 0.01", "ok": sane}],
-                problem=problem, runs=[{}])
+                sanity=[Checked("max_diff", 0.001 if sane else 0.5, "<= 0.01", sane)],
+                problem=problem, runs=[ONE_RUN])
 
 
 @pytest.fixture
@@ -460,8 +462,10 @@ def test_a_record_is_written_read_back_and_compared(tmp_path, fastop):
 
     cases = [_case("fastop", 10, 20), _case("baseline", 10, 100)]
     verdicts = claims.judge(fastop, cases, gpu_name="H100")
-    made_of = {"target": "cpu", "recipe_sha256": "1" * 64, "sources": {"fastop": {"commit": "a" * 40, "submodules": {}}},
-               "patches": [], "values": {"jobs": 2}}
+    from kernellab.recipes.manifest import Manifest
+
+    made_of = Manifest("fastop", "1" * 64, "cpu", "sha256:" + "2" * 64,
+                       {"fastop": {"url": "x", "commit": "a" * 40, "submodules": {}}}, [], {"jobs": 2})
     run = record.new(fastop, manifest=made_of, image_id="sha256:" + "0" * 64, machine={"gpu": None, "clocks": {}},
                      cases=cases, verdicts=verdicts)
     record.write(tmp_path, run)

@@ -227,15 +227,13 @@ def _context(recipe: Recipe, env: Environment, ctx: Path, out: IO[str]) -> dict[
     return dict(provenance)
 
 
-def _manifest(recipe: Recipe, env: Environment, provenance: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "recipe": recipe.name, "recipe_sha256": env.build_hash, "recipe_files_sha256": recipe.digest(),
-        "target": env.spec.target, "base_image": env.base_id, "spec_sha256": env.spec.digest,
-        "sources": provenance,  # patches in the order they were applied
-        "patches": [{"file": p.file.name, "sha256": p.sha256, "source": p.source, "reason": p.reason}
-                    for p in recipe.patches],
-        "values": env.values, "pip": list(recipe.pip), "steps": [dataclasses.asdict(s) for s in recipe.steps],
-    }
+def _manifest(recipe: Recipe, env: Environment, provenance: dict[str, Any]) -> manifest.Manifest:
+    return manifest.Manifest(
+        recipe=recipe.name, recipe_sha256=env.build_hash, recipe_files_sha256=recipe.digest(),
+        target=env.spec.target, base_image=env.base_id, spec_sha256=env.spec.digest, sources=provenance,
+        patches=[{"file": p.file.name, "sha256": p.sha256, "source": p.source, "reason": p.reason}
+                 for p in recipe.patches],  # in the order they were applied
+        values=env.values, pip=list(recipe.pip), steps=[dataclasses.asdict(s) for s in recipe.steps])
 
 
 def _run(script: str) -> str:

@@ -17,7 +17,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
 
-from .experiments import Case, sanity_value, short_problem
+from .experiments import Case, short_problem
 from .model import Claim, Recipe
 
 REPRODUCED, WITHIN, NOT_REPRODUCED, NOT_RUN, NOT_JUDGED = (
@@ -84,10 +84,10 @@ def _unusable(case: Case, metric: str) -> str | None:
 
 
 def _insane(case: Case) -> str | None:
-    bad = [s for s in case.sanity if not s["ok"]]
+    bad = [s for s in case.sanity if not s.ok]
     if not bad:
         return None
-    return "sanity failed in " + "; ".join(f"{case.experiment}: {s['name']} = {sanity_value(s)} (must be {s['bound']})"
+    return "sanity failed in " + "; ".join(f"{case.experiment}: {s.name} = {s.shown} (must be {s.bound})"
                                            for s in bad)
 
 

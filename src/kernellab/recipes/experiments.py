@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable
 
@@ -18,6 +18,38 @@ from ..proc import TIMED_OUT
 from .model import Experiment, Recipe, Sanity, substitute
 
 
+@dataclass(frozen=True)
+class Repeat:
+    """One repeat of a case: how its command ended, how long it took, where its output is, what it printed."""
+
+    repeat: int
+    exit_code: int
+    seconds: float
+    output: str                              # the raw output file, relative to the run's folder
+    metrics: dict[str, float | None]         # None: the metric's pattern matched nothing
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Checked:
+    """One sanity check of a case: the value its output printed (None: none) against the bound."""
+
+    name: str
+    value: float | None
+    bound: str
+    ok: bool
+
+    @property
+    def shown(self) -> str:
+        """The value as records show it: `0`, not `0.0`; `not printed` when the output had none."""
+        return "not printed" if self.value is None else f"{self.value:g}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
 @dataclass
 class Case:
     """One case of an experiment: its parameters, every repeat's outcome, the metrics' medians."""
@@ -25,9 +57,9 @@ class Case:
     experiment: str
     params: dict[str, Any]
     command: str = ""
-    runs: list[dict[str, Any]] = field(default_factory=list)     # {repeat, exit_code, seconds, output, metrics}
+    runs: list[Repeat] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)      # median over the repeats that gave it
-    sanity: list[dict[str, Any]] = field(default_factory=list)   # {name, value, bound, ok}
+    sanity: list[Checked] = field(default_factory=list)          # of the worst repeat
     problem: str | None = None                                   # why the case has no (trustworthy) numbers
 
     @property
@@ -36,16 +68,17 @@ class Case:
 
     @property
     def sane(self) -> bool:
-        return all(s["ok"] for s in self.sanity)
+        return all(s.ok for s in self.sanity)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"experiment": self.experiment, "params": self.params, "command": self.command, "runs": self.runs,
-                "metrics": self.metrics, "sanity": self.sanity, "problem": self.problem}
+        return {"experiment": self.experiment, "params": self.params, "command": self.command,
+                "runs": [r.to_dict() for r in self.runs], "metrics": self.metrics,
+                "sanity": [s.to_dict() for s in self.sanity], "problem": self.problem}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Case:
-        return cls(d["experiment"], d["params"], d.get("command", ""), d.get("runs", []), d.get("metrics", {}),
-                   d.get("sanity", []), d.get("problem"))
+        return cls(d["experiment"], d["params"], d.get("command", ""), [Repeat(**r) for r in d.get("runs", [])],
+                   d.get("metrics", {}), [Checked(**s) for s in d.get("sanity", [])], d.get("problem"))
 
 
 def slug(experiment: str, params: dict[str, Any]) -> str:
@@ -90,17 +123,12 @@ def extract(pattern: str, output: str, reduce: str = "last") -> float | None:
     return min(found) if reduce == "min" else max(found) if reduce == "max" else found[-1]
 
 
-def sanity_value(check: dict[str, Any]) -> str:
-    """A sanity check's value as records show it: `0`, not `0.0`; `not printed` when the output had none."""
-    return "not printed" if check["value"] is None else f"{check['value']:g}"
-
-
-def check_sanity(checks: tuple[Sanity, ...], output: str) -> list[dict[str, Any]]:
+def check_sanity(checks: tuple[Sanity, ...], output: str) -> list[Checked]:
     result = []
     for s in checks:
         v = extract(s.regex, output)
         ok = v is not None and (s.max is None or v <= s.max) and (s.min is None or v >= s.min)
-        result.append({"name": s.name, "value": v, "bound": s.bound(), "ok": ok})
+        result.append(Checked(s.name, v, s.bound(), ok))
     return result
 
 
@@ -130,8 +158,7 @@ def run_case(exp: Experiment, params: dict[str, Any], vals: dict[str, Any], *, p
                                           timeout=exp.timeout_s, mounts=mounts))
         output = file.read_text(errors="replace") if file.is_file() else ""
         metrics = {m.name: extract(m.regex, output, m.reduce) for m in exp.metrics}
-        case.runs.append({"repeat": r, "exit_code": code, "seconds": round(time.monotonic() - start, 3),
-                          "output": str(file.relative_to(raw.parent)), "metrics": metrics})
+        case.runs.append(Repeat(r, code, round(time.monotonic() - start, 3), str(file.relative_to(raw.parent)), metrics))
         outputs.append(output)
         if code != 0:
             why = f"timed out after {exp.timeout_s:g} s" if code == TIMED_OUT else f"exited with code {code}"
@@ -143,13 +170,13 @@ def run_case(exp: Experiment, params: dict[str, Any], vals: dict[str, Any], *, p
                             f"its output; last lines:\n{_last_lines(output)}")
             break
     for m in exp.metrics:
-        got = [run["metrics"][m.name] for run in case.runs if run["metrics"].get(m.name) is not None]
+        got = [v for run in case.runs if (v := run.metrics.get(m.name)) is not None]
         if got and case.problem is None:
             case.metrics[m.name] = statistics.median(got)
     # Every repeat must pass the sanity checks: the worst repeat is the one shown.
     for output in outputs:
         result = check_sanity(exp.sanity, output)
-        if not case.sanity or not all(s["ok"] for s in result):
+        if not case.sanity or not all(s.ok for s in result):
             case.sanity = result
     return case
 
@@ -177,7 +204,7 @@ def run_all(experiments: list[Experiment], vals: dict[str, Any], *, place: Place
             out.write(f"FAILED\n  {case.problem}\n")
         else:
             sane = "" if case.sane else "  (sanity FAILED: " + "; ".join(
-                f"{s['name']} {sanity_value(s)} not {s['bound']}" for s in case.sanity if not s["ok"]) + ")"
+                f"{s.name} {s.shown} not {s.bound}" for s in case.sanity if not s.ok) + ")"
             out.write(", ".join(f"{k} {v:g}{_unit(exp, k)}" for k, v in case.metrics.items()) + sane + "\n")
         cases.append(case)
     return cases

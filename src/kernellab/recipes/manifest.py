@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -22,20 +23,50 @@ IN_CONTEXT = "manifest.json"
 IN_IMAGE = "/etc/kernellab/recipe-manifest.json"
 
 
-def write(context: Path, manifest: dict[str, Any]) -> str:
+@dataclass(frozen=True)
+class Manifest:
+    """What one recipe image was made of."""
+
+    recipe: str
+    recipe_sha256: str                     # the build's hash: recipe files, base image, values, format
+    target: str | None
+    base_image: str                        # the target image's ID
+    sources: dict[str, Any]                # name -> {url, commit, submodules}, as verified in the build's own tree
+    patches: list[dict[str, Any]]          # in the order applied: file, sha256, source, reason
+    values: dict[str, Any]                 # the values its commands used
+    pip: list[str] = field(default_factory=list)
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    recipe_files_sha256: str = ""
+    spec_sha256: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Manifest:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def write(context: Path, manifest: Manifest) -> str:
     """The manifest into the build context (the Dockerfile copies it into the image); its sha256."""
     path = context / IN_CONTEXT
-    path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    path.write_text(json.dumps(manifest.to_dict(), indent=2, sort_keys=True) + "\n")
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def read(recipe: str, image_id: str, eng: Engine) -> dict[str, Any]:
+def load(path: Path) -> Manifest | None:
+    """The manifest at path (a cluster task reads its own image's), or None where there is none."""
+    return Manifest.from_dict(json.loads(path.read_text())) if path.is_file() else None
+
+
+def read(recipe: str, image_id: str, eng: Engine) -> Manifest:
     """What the recipe's image was made of, read from the image itself (whatever cache built it)."""
     argv = eng.probe_argv(image_id, [IN_IMAGE], entrypoint="cat")
     r = proc.run(argv, check=False, timeout=120)
     try:
-        return dict(json.loads(r.stdout))
-    except ValueError:
+        return Manifest.from_dict(json.loads(r.stdout))
+    except (ValueError, TypeError):
         raise RecipeError(f"the image {image_id[:19]} of recipe {recipe} has no readable {IN_IMAGE} "
                           f"({(r.stderr or r.stdout).strip()[-200:]}); rebuild it with `invoke recipe build {recipe} "
                           f"--no-cache`.") from None

@@ -11,7 +11,7 @@ from typing import IO, Any, Sequence
 from ..cluster import profile as profiles
 from ..cluster import runs
 from ..errors import RecipeError
-from . import build, claims, experiments, read, record
+from . import build, claims, experiments, manifest, read, record
 
 
 def submit(name: str, *, gpus: str | None, profile: str | None, k: str | None = None, quick: bool = False,
@@ -38,6 +38,7 @@ def task_output(folder: Path) -> dict[str, Any]:
     """What one task wrote (kernellab.recipes.task): the recipe's name, its image's manifest, its cases."""
     data = json.loads((folder / "cases.json").read_text())
     data["cases"] = [experiments.Case.from_dict(c) for c in data["cases"]]
+    data["manifest"] = manifest.Manifest.from_dict(data["manifest"]) if data.get("manifest") else None
     return dict(data)
 
 
@@ -57,10 +58,9 @@ def merge(local: Path, gpus: Sequence[str], tasks: Sequence[tuple[str, str, dict
         gpu_name = (status.get("gpus") or [{}])[0].get("name")
         judged = claims.judge(recipe, cases, gpu_name=gpu_name)
         verdicts[g] = {v.claim: v for v in judged}
-        made_of = parts[0]["manifest"]
         machine = {"gpu": {"name": gpu_name} if gpu_name else None, "driver": None, "clocks": {},
                    "host": status.get("host"), "gpu_type": g}
-        record.write(local / g, record.new(recipe, manifest=made_of, image_id=made_of.get("image_id", ""), machine=machine, cases=cases,
+        record.write(local / g, record.new(recipe, manifest=parts[0]["manifest"], image_id=parts[0].get("image_id", ""), machine=machine, cases=cases,
                                            verdicts=judged, quick=parts[0].get("quick", False)))
     if recipe is None:
         return "No task left cases to judge: the task table below says why."

@@ -21,7 +21,8 @@ from typing import Any, Sequence
 from .. import ROOT, gpu, proc
 from ..errors import RecipeError
 from .claims import Verdict
-from .experiments import Case, sanity_value, short_problem
+from .experiments import Case, short_problem
+from .manifest import Manifest
 from .model import Recipe
 
 RESULTS = ROOT / "results" / "recipes"
@@ -73,16 +74,16 @@ class Run:
         return not self.stopped_early and not self.incomplete
 
 
-def new(recipe: Recipe, *, manifest: dict[str, Any], image_id: str, machine: dict[str, Any], cases: list[Case],
+def new(recipe: Recipe, *, manifest: Manifest | None, image_id: str, machine: dict[str, Any], cases: list[Case],
         verdicts: list[Verdict], image_facts: dict[str, Any] | None = None, **rest: Any) -> Run:
     """A run's record from the recipe, the image's manifest (what it was made of, read from the image itself: its
     target, base, sources, patches and values) and what ran; the one place a record's provenance is put together,
     for a run here and a cluster run alike. image_facts: what only this machine knows (tag, labels)."""
-    image = {"id": image_id, "target": manifest.get("target"), "base_id": manifest.get("base_image"),
-             "recipe_sha256": manifest.get("recipe_sha256", ""), **(image_facts or {})}
-    return Run(recipe=recipe.name, paper=vars(recipe.paper), image=image, machine=machine,
-               sources=manifest.get("sources", {}), patches=list(manifest.get("patches", [])),
-               values=manifest.get("values", {}), cases=cases, claims=verdicts,
+    made = manifest or Manifest(recipe.name, "", None, "", {}, [], {})  # an image made otherwise: none known
+    image = {"id": image_id, "target": made.target, "base_id": made.base_image, "recipe_sha256": made.recipe_sha256,
+             **(image_facts or {})}
+    return Run(recipe=recipe.name, paper=vars(recipe.paper), image=image, machine=machine, sources=made.sources,
+               patches=list(made.patches), values=made.values, cases=cases, claims=verdicts,
                units={m.name: m.unit for e in recipe.experiments for m in e.metrics}, **rest)
 
 
@@ -201,7 +202,7 @@ def summary(run: Run) -> str:
              "| experiment | case | metrics (median) | sanity | runs | problem |", "|---|---|---|---|---|---|"]
     for c in run.cases:
         metrics = ", ".join(f"{k} {v:g}" for k, v in c.metrics.items()) or "-"
-        sanity = "; ".join(f"{s['name']} {sanity_value(s)} ({'ok' if s['ok'] else 'FAILED'}, {s['bound']})"
+        sanity = "; ".join(f"{s.name} {s.shown} ({'ok' if s.ok else 'FAILED'}, {s.bound})"
                            for s in c.sanity) or "-"
         params = " ".join(f"{k}={v}" for k, v in c.params.items())
         problem = short_problem(c.problem) if c.problem else "-"

@@ -14,7 +14,6 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 from ..errors import KernellabError
 from ..places import Native, Place
@@ -37,15 +36,15 @@ def main(argv: list[str] | None = None, place: Place | None = None) -> int:
         name = Path(a.recipe).name
         recipe = read.load_folder(IN_IMAGE, name) if (IN_IMAGE / "recipe.toml").is_file() else read.load(a.recipe)
         exp = recipe.experiment(a.experiment)
-        made_of: dict[str, Any] = json.loads(MANIFEST.read_text()) if MANIFEST.is_file() else {}
-        made_of["image_id"] = os.environ.get("KERNELLAB_IMAGE_ID", "")
+        made_of = manifest.load(MANIFEST)
         a.out.mkdir(parents=True, exist_ok=True)
-        cases = experiments.run_all([exp], made_of.get("values", {}), place=place or Native(), raw=a.out / "raw",
+        cases = experiments.run_all([exp], made_of.values if made_of else {}, place=place or Native(), raw=a.out / "raw",
                                     quick=a.quick, out=sys.stdout)
     except KernellabError as e:
         print(f"kernellab: {e}", file=sys.stderr)
         return e.exit_code or 1
-    done = {"recipe": a.recipe, "quick": a.quick, "manifest": made_of, "cases": [c.to_dict() for c in cases]}
+    done = {"recipe": a.recipe, "quick": a.quick, "image_id": os.environ.get("KERNELLAB_IMAGE_ID", ""),
+            "manifest": made_of.to_dict() if made_of else None, "cases": [c.to_dict() for c in cases]}
     (a.out / "cases.json").write_text(json.dumps(done, indent=1) + "\n")
     return 1 if any(c.problem for c in cases) else 0
 
