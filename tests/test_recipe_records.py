@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernellab.recipes import claims, model, read, record
-from kernellab.recipes.manifest import Manifest
 from kernellab.recipes.experiments import Case, Checked, Repeat, short_problem
+from kernellab.recipes.manifest import Manifest
 from recipe_fixtures import write_recipe
 
 #: Every kind of number a metric regex can hand over (float() of what matched): 0, negative, tiny, huge, inf, NaN.
