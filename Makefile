@@ -9,7 +9,7 @@ HOST_TORCH ?= torch==2.13.0
 TARGET ?=
 TARGET_FLAG := $(if $(TARGET),--target $(TARGET),)
 
-.PHONY: all setup engine venv image kernels bench-quick watch profile sanitize test test-all test-full test-unit test-tools lint test-podman bench-build devloop bench-transfer doctor shell devcontainer notebook render clean
+.PHONY: all setup engine venv image kernels bench-quick watch profile sanitize test test-all test-full test-unit test-tools lint test-podman bench-build devloop bench-transfer doctor shell devcontainer notebook render check-matrix clean
 
 all: setup image kernels bench-quick  ## the main job: build the default image, test the kernels in it, quick bench
 
@@ -84,6 +84,9 @@ devcontainer: venv  ## write .devcontainer/<target>/devcontainer.json (VS Code, 
 
 notebook: venv  ## JupyterLab in the image on 127.0.0.1 (Ctrl-C stops it)
 	$(INVOKE) notebook $(TARGET_FLAG)
+
+check-matrix: venv  ## compare docker/matrix.toml's PyTorch releases with what PyPI publishes (needs the index)
+	$(INVOKE) check-matrix
 
 render: venv  ## re-render the committed Dockerfiles after editing docker/*.toml
 	$(INVOKE) render-dockerfiles

@@ -137,6 +137,7 @@ def test_targets_are_typed_records():
 ])
 def test_a_malformed_target_is_refused_with_one_sentence(tmp_path, table, expect):
     shutil.copy(ROOT / "docker" / "matrix.toml", tmp_path / "matrix.toml")
+    shutil.copy(ROOT / "docker" / "wheels.toml", tmp_path / "wheels.toml")
     gpu = "" if table.startswith("gpu") else 'gpu = ["a100"]\n'
     (tmp_path / "targets.toml").write_text(f"[target.bad]\n{gpu}{table}\n")
     with pytest.raises(ConfigError) as e:
@@ -148,6 +149,7 @@ def test_a_malformed_target_is_refused_with_one_sentence(tmp_path, table, expect
 
 def test_loose_but_unambiguous_target_values_are_accepted(tmp_path):
     shutil.copy(ROOT / "docker" / "matrix.toml", tmp_path / "matrix.toml")
+    shutil.copy(ROOT / "docker" / "wheels.toml", tmp_path / "wheels.toml")
     (tmp_path / "targets.toml").write_text('[target.t]\ngpu = "a100"\nllvm = 15\ngcc = "11"\ncuda = "12.1"\n')
     t = targets.load(tmp_path).targets["t"]
     assert (t.gpu, t.llvm, t.gcc) == (("a100",), "15", 11)

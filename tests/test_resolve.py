@@ -86,14 +86,12 @@ def test_torch_index_can_be_disabled_for_mirrors():
 # --------------------------------------------------------------------------- refusals
 
 @pytest.mark.parametrize("cuda,gpu,expect", [
-    ("10.2", "h100", "sm_90 needs CUDA 11.8 or newer (the oldest CUDA in the matrix that can target it is 11.8); "
-                     "the nearest valid pins: --cuda 11.8"),
+    ("10.2", "h100", "sm_90 needs CUDA 11.8 or newer. The nearest pins that resolve and run on H100 / H200: --cuda 11.8"),
     ("11.7", "h100", "sm_90 needs CUDA 11.8 or newer"),
-    ("13.0", "v100", "sm_70 needs CUDA 12.9 or older (the newest CUDA in the matrix that can target it is 12.9); "
-                     "the nearest valid pins: --cuda 12.9"),
-    ("12.4", "b200", "the nearest valid pins: --cuda 12.8"),
-    ("12.6", "rtx5090", "the nearest valid pins: --cuda 12.8"),
-    ("12.1", "k80", "the nearest valid pins: --cuda 11.8"),
+    ("13.0", "v100", "sm_70 needs CUDA 12.9 or older. The nearest pins that resolve and run on Tesla V100: --cuda 12.9"),
+    ("12.4", "b200", "The nearest pins that resolve and run on B200 / GB200: --cuda 12.8"),
+    ("12.6", "rtx5090", "The nearest pins that resolve and run on RTX 5090 / RTX PRO 6000: --cuda 12.8"),
+    ("12.1", "k80", "The nearest pins that resolve and run on Tesla K80: --cuda 11.8"),
 ])
 def test_refuses_an_arch_the_toolkit_cannot_target(cuda, gpu, expect):
     msg = refuse(cuda=cuda, gpu=gpu)
@@ -143,7 +141,9 @@ def test_picks_an_older_gcc_when_the_os_default_is_too_new():
 
 
 def test_refuses_variant_arch_lists_that_miss_the_gpu():
-    assert "not built for Tesla P100" in refuse(cuda="12.8", gpu="p100", torch="2.8")
+    msg = refuse(cuda="12.8", gpu="p100", torch="2.8")
+    assert "PyTorch 2.8.0 cu128 wheels carry no kernels for Tesla P100 (sm_60)" in msg
+    assert "--cuda 12.8 --torch 2.8.0+cu126" in msg   # the same release's cu126 wheel has sm_60
 
 
 def test_refuses_deleted_base_images_with_a_way_out():
@@ -185,10 +185,10 @@ def test_nothing_is_suggested_when_nothing_is_close():
 def test_arch_refusals_state_only_what_the_matrix_knows():
     # sm_86 support started with CUDA 11.1, the matrix's oldest that can target it.
     msg = refuse(cuda="10.2", gpu="3090")
-    assert "sm_86 needs CUDA 11.1 or newer (the oldest CUDA in the matrix that can target it is 11.1)" in msg
+    assert "sm_86 needs CUDA 11.1 or newer." in msg
     assert "starts with" not in msg and "support for" not in msg
     msg = refuse(cuda="13.0", gpu="v100")
-    assert "the newest CUDA in the matrix that can target it is 12.9); the nearest valid pins: --cuda 12.9" in msg
+    assert "sm_70 needs CUDA 12.9 or older. The nearest pins that resolve and run on Tesla V100: --cuda 12.9" in msg
     assert "ends with" not in msg
     # A toolkit between two that can: the matrix's versions are listed, nothing is claimed about the rest.
     cuda = {k: dataclasses.replace(c, archs=tuple(a for a in c.archs if a != "8.0")) if k in ("12.1", "12.4") else c
@@ -224,6 +224,7 @@ def test_base_image_is_verified_not_reinstalled():
 
 def test_a_paper_environment_is_data_only(tmp_path):
     shutil.copy(ROOT / "docker" / "matrix.toml", tmp_path / "matrix.toml")
+    shutil.copy(ROOT / "docker" / "wheels.toml", tmp_path / "wheels.toml")
     (tmp_path / "targets.toml").write_text(
         '[target.gnn-2021]\ndescription = "a GNN paper"\ncuda = "11.8"\ngpu = ["a10"]\n'
         'torch = "2.1.2"\npython = "3.9"\nllvm = "12"\nos = "ubuntu20.04"\npip = ["dgl==1.1.3"]\n')
@@ -313,7 +314,7 @@ def test_the_mlsys22_artifacts_environment_resolves_on_an_older_minors_wheel():
 def test_faiths_pins_on_an_rtx_3090_are_refused_naming_the_nearest_valid_ones():
     msg = refuse(cuda="10.2", torch="1.6", gpu="3090")
     assert msg.startswith("CUDA 10.2 cannot target A10 / A40 / RTX 30 (sm_86): sm_86 needs CUDA 11.1 or newer")
-    assert "the nearest valid pins: --cuda 11.1 --torch 1.8.1" in msg
+    assert "The nearest pins that resolve and run on A10 / A40 / RTX 30: --cuda 11.1 --torch 1.8.0" in msg
 
 
 def test_without_a_pin_the_toolkits_own_wheel_is_chosen_never_an_older_minors():

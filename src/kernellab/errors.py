@@ -27,6 +27,15 @@ class ConfigError(UsageError):
 class ResolveError(UsageError):
     """A requested combination is unknown or cannot work; nothing was built."""
 
+    #: The nearest pins that do resolve (flag -> value, e.g. {"cuda": "11.8", "torch": "2.0.1"}), where known.
+    pins: dict[str, str] = {}
+
+
+class UnfitError(ResolveError):
+    """A combination that cannot work (a GPU its CUDA or its PyTorch wheel cannot run on, a CUDA without a base
+    image, a PyTorch without a wheel for it) where other pins may: kernellab.image.resolve names the nearest pins
+    that resolve, found by resolving them."""
+
 
 class EngineError(KernellabError):
     """The container engine (Docker or Podman) is missing, unreachable or refused an operation."""

@@ -5,6 +5,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from invoke import Exit
+
 from ..errors import KernellabError, UsageError
 from ..image import builder, network, render, targets
 from ..image.locks import Mode
@@ -71,6 +73,16 @@ def render_dockerfiles(c, check=False):
     if check and stale:
         raise KernellabError(f"rendered Dockerfiles are out of date: {', '.join(stale)}; run `invoke render-dockerfiles`.")
     print("up to date" if check else f"rendered {len(stale)} changed file(s) under docker/rendered/")
+
+
+@task
+def check_matrix(c):
+    """Compare docker/matrix.toml's PyTorch releases with what PyPI publishes (Pythons, triton pins, newer releases)."""
+    from ..image import published
+
+    code = published.main()
+    if code:
+        raise Exit(code=code)
 
 
 def write_rendered(check: bool = False) -> list[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
-from ..errors import ResolveError
+from ..errors import ResolveError, UnfitError
 from . import kinds
 from .kinds import choose
 from .spec import BaseFacts, Spec
@@ -68,11 +68,79 @@ def resolve(
         description=t.description, as_of=as_of_date(as_of, "--as-of") if as_of else t.as_of,
     )
     kind = kinds.for_request(req)
-    spec = kind.resolve(matrix, req)
+    try:
+        spec = kind.resolve(matrix, req)
+    except UnfitError as e:
+        raise refusal(matrix, req, e) from None
     if spec.as_of and matrix.pip_as_of_python and vkey(spec.python) < vkey(matrix.pip_as_of_python):
         raise ResolveError(f"as_of {spec.as_of} needs Python {matrix.pip_as_of_python} or newer ({matrix.pip_as_of} "
                            f"resolves as of a date), not {spec.python}; pin the packages instead, or use a newer Python.")
     return dataclasses.replace(spec, tag_parts=tuple(kind.tag_parts(spec)))
+
+
+def refusal(matrix: Matrix, req: kinds.Request, why: UnfitError) -> ResolveError:
+    """The refusal with the nearest pins that work: found by resolving candidates (CUDA and PyTorch near the
+    request, nearest first), so every pin named resolves and its PyTorch wheel runs on every GPU asked for."""
+    found = nearest_pins(matrix, req)
+    gpus = ", ".join(g.name for g in req.gpus or ())
+    if found is None:
+        error = ResolveError(f"{why} No CUDA and PyTorch in the matrix resolve with the rest of the request for "
+                             f"{gpus or 'it'}; drop a GPU, or use --torch none (the toolkit alone).")
+    else:
+        shown = " ".join(f"--{k} {v}" for k, v in found.items())
+        error = ResolveError(f"{why} The nearest pins that resolve and run on {gpus or 'it'}: {shown}.")
+        error.pins = found
+    return error
+
+
+def nearest_pins(matrix: Matrix, req: kinds.Request) -> dict[str, str] | None:
+    """The CUDA and PyTorch pins nearest the request that resolve (None: none do). Nearest: fewest of the user's own
+    pins changed, then the smallest step through the matrix's versions from each pin the user gave, then from the
+    newest for what the user left open; a plain PyTorch pin before one naming its wheel (2.8.0+cu126)."""
+    cudas = sorted(matrix.cuda, key=vkey)
+    torches = sorted(matrix.torch, key=vkey)
+    no_torch = choose.no_torch(req.torch)
+    torch_pins: list[str | None] = [req.torch] if no_torch else [req.torch, *(
+        pin for t in reversed(torches) for pin in (t, *(f"{t}+{v}" for v in matrix.torch[t].variants)))]
+    candidates = []
+    for cuda in dict.fromkeys([req.cuda, *reversed(cudas)]):
+        for torch in dict.fromkeys(torch_pins):
+            if (cuda, torch) == (req.cuda, req.torch):
+                continue
+            mine = theirs = 0       # steps from the user's own pins; from the newest for what they left open
+            changed = 0
+            for asked, value, order in ((req.cuda, cuda, cudas), (None if no_torch else req.torch, torch, torches)):
+                if value is None or (order is torches and no_torch):
+                    continue
+                step = abs(_position(order, value) - _position(order, asked or order[-1]))
+                if asked:
+                    changed += value != asked
+                    mine += step
+                else:
+                    theirs += step
+            variant = torch is not None and "+" in torch and torch != req.torch
+            candidates.append(((changed, mine, theirs, variant), cuda, torch))
+    for _, cuda, torch in sorted(candidates, key=lambda c: c[0]):
+        tried = dataclasses.replace(req, cuda=cuda, torch=torch)
+        try:
+            spec = kinds.for_request(tried).resolve(matrix, tried)
+        except ResolveError:
+            continue
+        pins = {"cuda": spec.cuda or ""}
+        if spec.torch:
+            pins["torch"] = torch if torch and "+" in torch else spec.torch
+        elif no_torch:
+            pins["torch"] = choose.NO_TORCH
+        return {k: v for k, v in pins.items() if v}
+    return None
+
+
+def _position(order: list[str], pin: str) -> int:
+    """Where a pin falls among the matrix's versions: its own place, the newest release it names ("2.8" for 2.8.0,
+    "2.8.0+cu126" for 2.8.0), else where it would sort (an unknown "1.6" before 1.8.0)."""
+    base = pin.partition("+")[0]
+    named = [i for i, v in enumerate(order) if v == base or v.startswith(base + ".")]
+    return named[-1] if named else sum(vkey(v) < vkey(base) for v in order)
 
 
 def _gcc_major(value: int | str) -> int:

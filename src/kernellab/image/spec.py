@@ -91,7 +91,7 @@ class Spec:
     def summary(self) -> str:
         rows = [
             ("target", self.target or "(flags)"), ("kind", self.kind), ("base", self.base),
-            ("gpus", ", ".join(self.gpus)), ("arch list", self.arch_list or "-"),
+            ("gpus", ", ".join(_gpu_shown(g) for g in self.gpus) or "-"), ("arch list", self.arch_list or "-"),
             ("cuda", self.cuda_full or "-"), ("cudnn", self.cudnn or "-"),
             ("min driver", self.min_driver or "-"),
             ("torch", ("none: the CUDA toolkit alone" if self.cuda else "none") if self.torch_variant == "none" else
@@ -106,6 +106,15 @@ class Spec:
         for w in self.warnings:
             text += f"\n  warning: {w}"
         return text
+
+
+def _gpu_shown(key: str) -> str:
+    """A GPU as the summary shows it: its key and the models it stands for (`a10 (A10 / A40 / RTX 30)`), so that
+    `--gpu rtx3090` is recognisable in it."""
+    from .targets import load  # the matrix: read once, cached
+
+    gpu = load().gpus.get(key)
+    return f"{key} ({gpu.name})" if gpu else key
 
 
 @dataclass(frozen=True)

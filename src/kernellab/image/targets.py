@@ -1,9 +1,11 @@
-"""Load and validate the version matrix (docker/matrix.toml) and named targets (docker/targets.toml).
+"""Load and validate the version matrix (docker/matrix.toml, with the PyTorch wheels' architecture lists in
+docker/wheels.toml) and named targets (docker/targets.toml).
 
 This is the only module that reads those files; everything else gets typed records from here.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import functools
 import re
@@ -92,7 +94,9 @@ class Torch:
     python: tuple[str, str]
     triton: str | None
     pypi_default: str
-    archs: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    archs: dict[str, tuple[str, ...]] = field(default_factory=dict)       # CUDA variant -> its wheels' arch list
+    arch_sources: dict[str, str] = field(default_factory=dict)            # CUDA variant -> where that list is from
+    numpy: str = ""           # a constraint on numpy for its wheels ("<2": built against NumPy 1)
 
     def supports_python(self, py: str) -> bool:
         return vkey(self.python[0]) <= vkey(py) <= vkey(self.python[1])
@@ -274,6 +278,38 @@ def _need(table: dict[str, Any], key: str, where: str) -> Any:
     return table[key]
 
 
+#: Which GPUs each published PyTorch wheel runs on (its architecture list), one row per release and CUDA variant.
+WHEELS = "wheels.toml"
+_ARCH_ENTRY = re.compile(r"\d+\.\d+[af]?(\+PTX)?")
+
+
+def _with_wheels(torch: dict[str, Torch], path: Path) -> dict[str, Torch]:
+    """Every release's CUDA variants with the architecture list its wheels were built for, from wheels.toml; a
+    variant without a row (or a row with no source) is refused: an unknown list would accept any GPU."""
+    rows = _read(path).get("wheels", {})
+    out = {}
+    for version, t in torch.items():
+        mine = rows.get(version, {})
+        for variant, row in mine.items():
+            where = f'{path.name} [wheels."{version}"] {variant}'
+            if variant not in t.variants:
+                raise ConfigError(f"{where}: {variant} is not a published variant of torch {version} "
+                                  f"({', '.join(t.variants)} in matrix.toml).")
+            archs = str(row.get("archs", "")).split(";")
+            if not all(_ARCH_ENTRY.fullmatch(a) for a in archs) or "+PTX" in "".join(archs[:-1]):
+                raise ConfigError(f'{where}: archs must be TORCH_CUDA_ARCH_LIST entries such as "8.0;9.0+PTX" (PTX on '
+                                  f"the last only), not {row.get('archs')!r}.")
+            if not str(row.get("source", "")).strip():
+                raise ConfigError(f"{where}: every row names its source (a build script at a tag, an issue).")
+        missing = [v for v in t.variants if v.startswith("cu") and v not in mine]
+        if missing:
+            raise ConfigError(f'{path.name} has no architecture list for torch {version} {", ".join(missing)}; add '
+                              f'[wheels."{version}"] rows with their sources.')
+        out[version] = dataclasses.replace(t, archs={v: tuple(r["archs"].split(";")) for v, r in mine.items()},
+                                           arch_sources={v: str(r["source"]) for v, r in mine.items()})
+    return out
+
+
 @functools.lru_cache(maxsize=4)
 def load(docker_dir: Path = DOCKER_DIR) -> Matrix:
     """Read matrix.toml and targets.toml from docker_dir, checking every entry."""
@@ -305,8 +341,9 @@ def load(docker_dir: Path = DOCKER_DIR) -> Matrix:
         torch[k] = Torch(
             version=k, variants=tuple(_need(v, "variants", where)), python=(py[0], py[1]),
             triton=v.get("triton"), pypi_default=_need(v, "pypi_default", where),
-            archs={var: tuple(a) for var, a in v.get("archs", {}).items()},
+            numpy=str(v.get("numpy", "")),
         )
+    torch = _with_wheels(torch, docker_dir / WHEELS)
     llvm = {str(k): str(v["max_cuda"]) for k, v in raw.get("llvm", {}).items()}
     oses = {}
     for k, v in raw.get("os", {}).items():

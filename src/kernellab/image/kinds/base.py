@@ -13,7 +13,7 @@ from typing import IO, Any, NamedTuple
 from ...engine import Engine
 from ...errors import BuildError, CommandError
 from ..spec import BaseFacts, Spec
-from ..targets import DOCKER_DIR, Gpu, Matrix, Os
+from ..targets import DOCKER_DIR, Gpu, Matrix, Os, Torch
 from . import choose
 
 
@@ -39,11 +39,13 @@ class Request:
     description: str = ""
     as_of: str | None = None
 
-    def extras(self, matrix: Matrix) -> dict[str, Any]:
-        """The Spec fields every kind copies: extra packages, optional extras, what goes in every image, the description,
-        the date pip resolves as of, LLVM's role."""
+    def extras(self, matrix: Matrix, torch: Torch | None = None) -> dict[str, Any]:
+        """The Spec fields every kind copies: extra packages, optional extras, what goes in every image (numpy held
+        below 2 beside a PyTorch built against NumPy 1), the description, the date pip resolves as of, LLVM's role."""
         names, pip = choose.extras(matrix, self.with_extras)
-        return dict(extra_pip=self.pip, extra_apt=self.apt, image_pip=matrix.image_pip, image_apt=matrix.image_apt,
+        image_pip = tuple(f"numpy{torch.numpy}" if p == "numpy" and torch and torch.numpy else p
+                          for p in matrix.image_pip)
+        return dict(extra_pip=self.pip, extra_apt=self.apt, image_pip=image_pip, image_apt=matrix.image_apt,
                     extras=names, extras_pip=pip, description=self.description, as_of=self.as_of,
                     llvm_role=self.llvm_role)
 

@@ -9,7 +9,7 @@ import difflib
 import re
 from typing import Iterable, Sequence
 
-from ...errors import ResolveError
+from ...errors import ResolveError, UnfitError
 from ..compat import covers
 from ..targets import Cuda, Gpu, Matrix, Os, Torch, vkey
 
@@ -88,10 +88,8 @@ def cuda(matrix: Matrix, version: str) -> Cuda:
     raise ResolveError(f"unknown CUDA version `{v}`{did_you_mean(v, matrix.cuda)}; known: {known(matrix.cuda)}.")
 
 
-def cuda_for(matrix: Matrix, requested: str | None, gpus: Sequence[Gpu], torch: str | None = None) -> Cuda:
-    """The requested CUDA, else the newest that targets every GPU and has a base image or PyPI toolkit.
-
-    torch: the requested PyTorch, so that a refusal can name pins that go together."""
+def cuda_for(matrix: Matrix, requested: str | None, gpus: Sequence[Gpu]) -> Cuda:
+    """The requested CUDA, else the newest that targets every GPU and has a base image or PyPI toolkit."""
     if requested:
         chosen = cuda(matrix, requested)
     else:
@@ -100,13 +98,13 @@ def cuda_for(matrix: Matrix, requested: str | None, gpus: Sequence[Gpu], torch: 
             raise ResolveError(f"no CUDA version in the matrix can target all of {', '.join(g.key for g in gpus)}; "
                                f"build separate images.")
         chosen = max(able, key=lambda c: vkey(c.version))
-    check_archs(matrix, chosen, gpus, torch)
+    check_archs(matrix, chosen, gpus)
     return chosen
 
 
-def check_archs(matrix: Matrix, cuda: Cuda, gpus: Sequence[Gpu], torch: str | None = None) -> None:
-    """Refuse a GPU the toolkit cannot emit code for, saying only what the matrix knows, and naming the nearest
-    pins that can (a PyTorch near the requested one with a wheel for that CUDA)."""
+def check_archs(matrix: Matrix, cuda: Cuda, gpus: Sequence[Gpu]) -> None:
+    """Refuse a GPU the toolkit cannot emit code for, saying only what the matrix knows (the nearest pins that
+    work are found by kernellab.image.resolve, by resolving them)."""
     for g in gpus:
         if g.cc in cuda.archs:
             continue
@@ -114,31 +112,12 @@ def check_archs(matrix: Matrix, cuda: Cuda, gpus: Sequence[Gpu], torch: str | No
         if not able:
             raise ResolveError(f"no CUDA version in the matrix can target {g.name} ({g.sm}); add one to docker/matrix.toml.")
         if vkey(cuda.version) > vkey(able[-1]):
-            nearest = able[-1]
-            why = f"{g.sm} needs CUDA {nearest} or older (the newest CUDA in the matrix that can target it is {nearest})"
+            why = f"{g.sm} needs CUDA {able[-1]} or older"
         elif vkey(cuda.version) < vkey(able[0]):
-            nearest = able[0]
-            why = f"{g.sm} needs CUDA {nearest} or newer (the oldest CUDA in the matrix that can target it is {nearest})"
+            why = f"{g.sm} needs CUDA {able[0]} or newer"
         else:
-            raise ResolveError(f"CUDA {cuda.version} cannot target {g.name} ({g.sm}): the CUDA versions in the matrix "
-                               f"that can target it are {known(able)}; use one of those, or drop that GPU.")
-        pins = f"--cuda {nearest}"
-        if torch and not no_torch(torch):
-            near = nearest_torch(matrix, matrix.cuda[nearest], torch)
-            pins += f" --torch {near.version}" if near else ""
-        raise ResolveError(f"CUDA {cuda.version} cannot target {g.name} ({g.sm}): {why}; the nearest valid pins: "
-                           f"{pins}, or drop that GPU.")
-
-
-def nearest_torch(matrix: Matrix, cuda: Cuda, requested: str) -> Torch | None:
-    """The PyTorch release closest to `requested` that has a wheel for this CUDA (its own or an older minor's)."""
-    want = (vkey(requested) + (0, 0))[:2]
-
-    def distance(t: Torch) -> tuple[int, tuple[int, ...]]:
-        have = (vkey(t.version) + (0, 0))[:2]
-        return abs(have[0] - want[0]) * 100 + abs(have[1] - want[1]), tuple(-x for x in vkey(t.version))
-
-    return min((t for t in matrix.torch.values() if wheel_variant(t, cuda)), key=distance, default=None)
+            why = f"the CUDA versions in the matrix that can target it are {known(able)}"
+        raise UnfitError(f"CUDA {cuda.version} cannot target {g.name} ({g.sm}): {why}.")
 
 
 def wheel_variant(torch: Torch, cuda: Cuda) -> str | None:
@@ -199,7 +178,7 @@ def torch_for(matrix: Matrix, cuda: Cuda | None, requested: str | None, what: st
         if found is None:
             alt = f"PyTorch with {variant} wheels: {span([t.version for t in having])}" if having else \
                   f"no PyTorch release has {variant} wheels"
-            raise ResolveError(
+            raise UnfitError(
                 f"PyTorch {chosen.version} has no wheel for {what} (published: {', '.join(chosen.variants)}); {alt}.")
         if cuda and found != variant and warnings is not None:
             warnings.append(_variant_note(chosen, found, cuda, asked=bool(asked)))
@@ -237,14 +216,15 @@ def _asked_variant(torch: Torch, asked: str, variant: str, what: str) -> str:
 
 
 def check_torch_archs(torch: Torch, variant: str, gpus: Sequence[Gpu]) -> None:
-    archs = torch.archs.get(variant)
-    if not archs:
-        return
+    """Refuse a GPU the PyTorch wheel carries no kernels for (neither its SASS nor PTX the driver can JIT): an
+    image would build and then fail there with "no kernel image is available for execution on the device"."""
+    archs = torch.archs.get(variant, ())
     for g in gpus:
         if not covers(archs, g.cc):
-            raise ResolveError(
-                f"PyTorch {torch.version} {variant} wheels are not built for {g.name} ({g.sm}; built for "
-                f"{', '.join(archs)}); choose another PyTorch version or CUDA variant.")
+            raise UnfitError(
+                f"PyTorch {torch.version} {variant} wheels carry no kernels for {g.name} ({g.sm}): they are built for "
+                f"{';'.join(archs)} ({torch.arch_sources.get(variant, 'docker/wheels.toml')}), so PyTorch would fail "
+                f"there with \"no kernel image is available\".")
 
 
 def torch_requirement(torch: Torch, variant: str) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from ...errors import ResolveError
+from ...errors import ResolveError, UnfitError
 from ..spec import Spec
 from ..targets import Cuda, Gpu, Matrix, Os, vkey
 from . import choose
@@ -36,7 +36,7 @@ class CudaKind(Kind):
 
     def resolve(self, matrix: Matrix, req: Request) -> Spec:
         gpus = req.gpus or ()
-        cuda = choose.cuda_for(matrix, req.cuda, gpus, req.torch)
+        cuda = choose.cuda_for(matrix, req.cuda, gpus)
         os_, base, cudnn = self.toolchain(matrix, req, cuda, gpus)
         if choose.no_torch(req.torch):  # the toolkit alone: nvcc, no PyTorch
             return self._without_torch(matrix, req, cuda, gpus, os_, base, cudnn)
@@ -57,7 +57,7 @@ class CudaKind(Kind):
             llvm=llvm, triton=torch.triton, pip_toolkit=self.pip_toolkit(cuda), cuda_home=self.cuda_home(cuda, py),
             torch_index=index_url(matrix.torch_index, torch, variant),
             torch_requirement=choose.torch_requirement(torch, variant), warnings=tuple(warnings),
-            **req.extras(matrix),
+            **req.extras(matrix, torch),
         )
 
     def _without_torch(self, matrix: Matrix, req: Request, cuda: Cuda, gpus: tuple[Gpu, ...], os_: Os, base: str,
@@ -87,9 +87,8 @@ class CudaImage(CudaKind):
     def toolchain(self, matrix: Matrix, req: Request, cuda: Cuda, gpus: tuple[Gpu, ...]) -> tuple[Os, str, str | None]:
         if not cuda.images:
             why = cuda.deleted or "no nvidia/cuda devel image is listed"
-            newer = [c.version for c in matrix.cuda.values() if c.images and all(g.cc in c.archs for g in gpus)]
-            raise ResolveError(f"CUDA {cuda.version} has no base image ({why}); use --base-image with your own "
-                               f"image, or --cuda {max(newer, key=vkey) if newer else 'newer'}.")
+            raise UnfitError(f"CUDA {cuda.version} has no base image ({why}); use --base-image with your own image, "
+                             f"or other pins.")
         if req.os:
             if req.os not in cuda.images:
                 mean = "" if req.os in matrix.os else choose.did_you_mean(req.os, cuda.images)

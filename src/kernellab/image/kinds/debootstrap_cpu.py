@@ -92,7 +92,7 @@ class DebootstrapCpu(OsBase):
             llvm=choose.llvm(matrix, os_, None, req.llvm, warnings, req.llvm_role), triton=None, pip_toolkit=None,
             cuda_home=None, torch_index=index_url(matrix.torch_index, torch, "cpu") if torch else None,
             torch_requirement=choose.torch_requirement(torch, "cpu") if torch else "", warnings=tuple(warnings),
-            **req.extras(matrix),
+            **req.extras(matrix, torch),
         )
 
     def tag_parts(self, spec: Spec) -> list[str]:
