@@ -2,7 +2,7 @@
 # Verification on the GPU machine (no network, no Docker, no invoke there): bring Docker from the
 # bundle in .gpu-host/ (dockerbins.tar.xz and start-docker.sh, from the lab's GPU-host kit), install carried wheels (.whl/),
 # then exercise kernellab the way a user would. Logs go to $OUT (or ./gpu-host-logs).
-#   bash .ci/gpu-host.sh [doctor] [shell] [test] [native] [bench] [recipe-build] [recipe-run]
+#   bash .ci/gpu-host.sh [doctor] [shell] [test] [native] [bench] [recipe-build] [recipe-run] [liger-run] [liger-bench]
 #   (default: the first five; recipe-build and recipe-run build and run the demo recipe, recipes/demo, whose
 #   sources are its own folders: its CUDA half runs here)
 set -uo pipefail
@@ -57,6 +57,16 @@ for step in $steps; do
             inv recipe run demo --target gpuhost --gpu-mode devices ${RECIPE_FLAGS:-} 2>&1 \
               | tee "$out/recipe-run.txt" | tail -n 45; [ "${PIPESTATUS[0]}" = 0 ] || rc=1
             tar -C results/recipes -czf "$out/recipe-demo.tgz" demo ;;  # one file: the run folder nests deeper than $OUT returns
+    liger-run)  # Liger-Kernel from its wheel in .whl/ (the machine has no network): --wheelhouse installs offline
+            inv recipe run liger --target gpuhost --gpu-mode devices --wheelhouse .whl 2>&1 \
+              | tee "$out/liger-run.txt" | tail -n 40; [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+            tar -C results/recipes -czf "$out/recipe-liger.tgz" liger
+            cp recipes/liger/locks/gpuhost.json "$out/liger-lock-gpuhost.json" 2>/dev/null ;;
+    liger-bench)  # kernels/layernorm against Liger-Kernel's LayerNorm, in the liger recipe's image
+            inv bench -k layernorm --against liger --target gpuhost --gpu-mode devices \
+              --out results/layernorm-vs-liger-h100 2>&1 | tee "$out/liger-bench.txt" | tail -n 30
+            [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+            tar -C results -czf "$out/bench-liger.tgz" layernorm-vs-liger-h100 ;;
     bench)  inv bench --target gpuhost --quick --out results/gpuhost-quick 2>&1 | tee "$out/bench.txt" | tail -n 60
             [ "${PIPESTATUS[0]}" = 0 ] || rc=1
             cp results/gpuhost-quick/summary.md "$out/bench-summary.md" 2>/dev/null ;;

@@ -32,7 +32,7 @@ def test_every_shipped_recipe_reads_and_names_its_claims_baselines():
     assert "demo" in read.names()
     for name in read.names():
         r = read.load(name)
-        assert r.sources and r.experiments and (r.claims or r.paper.no_claims)
+        assert (r.sources or r.packages) and r.experiments and (r.claims or r.paper.no_claims)
         for c in r.claims:
             assert c.judge == "absolute" or r.experiment(c.baseline).metric(c.metric)
 
@@ -45,6 +45,8 @@ def test_every_shipped_recipe_builds_only_code_of_its_own_pinned_at_its_files_co
         r = read.load(name)
         for s in r.sources:
             assert s.folder is not None and s.url == "" and s.folder.is_relative_to(r.folder), (name, s.name)
+        for p in r.packages:  # a system from PyPI is a package pinned by version (its wheel by sha256), never a URL
+            assert "/" not in p.name and "://" not in p.version, (name, p)
             assert sources.folder_commit(s.folder) == s.commit, f"{name}: pin {s.name} again (`invoke recipe check`)"
         assert sources.check_patches(r) == [] and all(p.reason for p in r.patches)
 
@@ -778,3 +780,38 @@ def test_a_recipe_may_state_the_oldest_cuda_its_code_builds_with(tmp_path):
     bad = write_recipe(tmp_path / "bad", {"paper": "a" * 40, "helper": "b" * 40}, extra='[requirements]\nmin_cuda = "12"\n')
     with pytest.raises(RecipeError, match=r"requirements.min_cuda must be a CUDA version such as \"12.0\""):
         read.load(str(bad))
+
+
+# --------------------------------------------------------------------------- the system as a package
+
+def test_a_recipe_whose_system_is_a_package_names_it_at_one_version_and_offers_baselines(tmp_path):
+    from kernellab.recipes import pins
+
+    liger = read.load("liger")
+    assert [p.requirement for p in liger.packages] == ["liger-kernel==0.8.5"] and not liger.sources
+    assert liger.baselines == {"layernorm": liger.folder / "baselines" / "layernorm.py"}
+    assert liger.pip_all == ("liger-kernel==0.8.5",)
+    # Its wheel, as pip's report has it, is checked against the lock: another file under the same version is refused.
+    report = json.dumps({"install": [{"metadata": {"name": "liger_kernel", "version": "0.8.5"},
+                                      "download_info": {"archive_info": {"hashes": {"sha256": "f" * 64}}}}]})
+    got = pins.wheels(report, liger)
+    assert got == {"liger-kernel": {"version": "0.8.5", "sha256": "f" * 64}}
+    with pytest.raises(RecipeError, match=r"liger-kernel 0.8.5's wheel has sha256 f{64}, but .*locked 60789cd5"):
+        pins.check_wheels(liger, "cu124-debian", got)
+    pins.check_wheels(liger, "cu124-debian", {"liger-kernel": {"version": "0.8.5", "sha256": "60789cd576af073ab9b192b570d"
+                                                                                           "2597fd0cdad489cd62fb44fb16256d43754c9"}})
+    with pytest.raises(RecipeError, match=r"is not in what its pip layer installed"):
+        pins.check_wheels(liger, "cu124-debian", {})
+
+
+@pytest.mark.parametrize("extra, message", [
+    ('[[packages]]\nname = "liger-kernel"\nversion = ">=0.8"\n', r"packages\[0\].version is '>=0.8'; write one exact version"),
+    ('[baselines]\nlayernorm = "nope.py"\n', r"baselines.layernorm names nope.py, which is not a file of the recipe"),
+    ('[baselines]\nlayernorm = 3\n', r"baselines.layernorm names the adapter: a .py file of the recipe"),
+])
+def test_packages_and_baselines_are_checked_as_they_are_read(tmp_path, extra, message):
+    folder = write_recipe(tmp_path / "bad", {"paper": "a" * 40, "helper": "b" * 40})
+    text = (folder / "recipe.toml").read_text()
+    (folder / "recipe.toml").write_text(text.replace("[[experiments]]", extra + "\n[[experiments]]", 1))
+    with pytest.raises(RecipeError, match=message):
+        read.load(str(folder))

@@ -69,10 +69,12 @@ def test(k: str | None = None, *, suite: str = "kernels", junit: str | None = No
                   ("--junitxml", junit), select=k)
 
 
-def bench(k: str | None = None, *, quick: bool = False, compare: str | None = None, out: str | None = None) -> Job:
+def bench(k: str | None = None, *, quick: bool = False, compare: str | None = None, out: str | None = None,
+          system: str | None = None) -> Job:
+    """The bench; system: a recipe's offer of baselines (kernellab.bench.systems.Offer as JSON, --against)."""
     return _build("bench", ["python", "-m", "kernellab.bench"], ("-k", k), ("--quick", quick),
-                  ("--compare", _run_folder(compare)), ("--out", _path(out)), select=k, quick=quick,
-                  results="--out")
+                  ("--compare", _run_folder(compare)), ("--out", _path(out)), ("--system", system), select=k,
+                  quick=quick, results="--out")
 
 
 def build_kernels(k: str | None = None, *, verbose: bool = False) -> Job:

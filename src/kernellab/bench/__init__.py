@@ -24,6 +24,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--new", type=Path, metavar="NEW",
                    help="with --compare: compare two stored runs, measuring nothing")
     p.add_argument("--refresh-calibration", action="store_true", help="measure the roofline peaks again")
+    p.add_argument("--system", metavar="JSON", help="a recipe's offer of baselines (written by `invoke bench --against`)")
     return p
 
 
@@ -46,7 +47,7 @@ def _main(args: argparse.Namespace) -> int:
         new, folder = results.load(args.new), None
     else:
         options = runner.Options(select=args.select, quick=args.quick, out=args.out,
-                                 refresh_calibration=args.refresh_calibration)
+                                 refresh_calibration=args.refresh_calibration, system=args.system)
         new, folder = runner.run(options)
         print((folder / "summary.md").read_text())
         print(f"results in {folder}")

@@ -46,7 +46,9 @@ def speedup(doc: dict[str, Any], path: Path) -> None:
                 values.append(ratio["value"])
                 errs[0].append(ratio["value"] - ratio["lo"])
                 errs[1].append(ratio["hi"] - ratio["value"])
-        ax.barh(ys, values, height=height, xerr=errs, capsize=2, label=f"vs {base}")
+        system = (doc.get("systems") or {}).get(base)
+        ax.barh(ys, values, height=height, xerr=errs, capsize=2,
+                label=f"vs {system['label'] if system else base}")
     ax.axvline(1.0, color="black", linewidth=0.8)
     # Speedups span 0.03x to 12x in one run: a log axis keeps 0.5x and 2x equally far from 1.
     ax.set_xscale("log")

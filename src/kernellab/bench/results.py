@@ -263,6 +263,12 @@ def header(doc: dict[str, Any]) -> list[str]:
     if parts:  # a run merged from one bench run per op (kernellab.bench.merge)
         lines.append(f"- Merged from {len(parts)} runs, one per op: "
                      + ", ".join(f"{p['op']} ({p.get('host') or 'unknown host'})" for p in parts))
+    for name, system in (doc.get("systems") or {}).items():  # a recipe's published system, a baseline (--against)
+        wheels = "; ".join(f"{n} {w['version']}" + (f", wheel sha256 {w['sha256'][:12]}" if w.get("sha256") else "")
+                           for n, w in system.get("packages", {}).items())
+        lines.append(f"- Baseline `{name}`: {system.get('title') or 'a published system'} ({wheels or 'its sources'}), "
+                     f"from recipe {system['recipe']}; checked against the op's reference before it is timed, as "
+                     f"every candidate and baseline is")
     lines.append("- Speedup = baseline median / candidate median, 95% bootstrap interval in brackets; "
                  "% peak = share of the measured copy bandwidth or GEMM rate, whichever binds")
     return lines

@@ -18,7 +18,7 @@ from typing import IO, Any, Callable
 from .. import ROOT, progress
 from ..errors import BenchError
 from ..ops import extensions, tolerances
-from . import clocks, environment, gpu_mutex, report, results, roofline, stats, timing
+from . import clocks, environment, gpu_mutex, report, results, roofline, stats, systems, timing
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,7 @@ class Options:
     quick: bool = False             # first bench shape only, short measurements
     out: Path | None = None         # the run's folder; default results/<date>-<gpu>
     refresh_calibration: bool = False
+    system: str | None = None       # a recipe's offer of baselines (bench.systems.Offer as JSON): --against
 
 
 @dataclass
@@ -42,6 +43,7 @@ class Context:
     monitor: clocks.ClockMonitor
     progress: Progress
     max_sm_mhz: float | None = None
+    system: systems.System | None = None   # a published system, a baseline beside PyTorch's for the ops it offers
 
 
 def run(options: Options, *, catalog: Any = None, log: IO[str] | None = None) -> tuple[dict[str, Any], Path]:
@@ -57,6 +59,12 @@ def run(options: Options, *, catalog: Any = None, log: IO[str] | None = None) ->
     specs = catalog.discover(select=options.select)
     if not specs:
         raise BenchError(f"no op matches -k {options.select!r}; the ops are the folders under kernels/.")
+    system = systems.load(systems.Offer.from_json(options.system)) if options.system else None
+    if system:
+        specs = [s for s in specs if s.name in system.baselines]
+        if not specs:
+            raise BenchError(f"recipe {system.offer.name} offers baselines for {', '.join(system.baselines)}, which "
+                             f"-k {options.select!r} does not select.")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     settings = timing.QUICK if options.quick else timing.DEFAULT
     env, probe = describe(torch)
@@ -73,6 +81,8 @@ def run(options: Options, *, catalog: Any = None, log: IO[str] | None = None) ->
         "settings": settings.to_dict(), "environment": env, "peaks": None,
         "datasheet": roofline.datasheet(gpu["name"]) if gpu else None, "rows": [], "warnings": [],
     }
+    if system:
+        doc["systems"] = {system.offer.name: system.to_dict()}
     with gpu_mutex.exclusive_gpu(cache, key, label=f"{gpu['name']} {key}" if gpu else key, out=log):
         if device == "cuda":
             print("calibrating peaks (copy bandwidth, cuBLAS GEMM) ...", file=log, flush=True)
@@ -82,7 +92,7 @@ def run(options: Options, *, catalog: Any = None, log: IO[str] | None = None) ->
         t0 = time.perf_counter()
         with clocks.ClockMonitor(probe) as monitor:
             ctx = Context(device, settings, options.quick, doc["peaks"], monitor, progress,
-                          ((gpu or {}).get("clocks") or {}).get("max_sm_mhz"))
+                          ((gpu or {}).get("clocks") or {}).get("max_sm_mhz"), system)
             for spec in specs:
                 doc["rows"] += bench_op(spec, catalog, ctx)
         progress.close()
@@ -117,6 +127,8 @@ def bench_op(spec: Any, catalog: Any, ctx: Context) -> list[dict[str, Any]]:
         t0 = time.perf_counter()
         module = catalog.load(spec)
         load_s = time.perf_counter() - t0
+        if ctx.system and spec.name in ctx.system.baselines:  # the published system, checked and timed as any baseline
+            module.baselines[ctx.system.offer.name] = ctx.system.baselines[spec.name]
     except Exception as e:  # one op failing to build must not stop the others
         progress.skip(len(cases))
         return [_row(spec, shape, dtype, "all", "-", "error", f"load failed: {_oneline(e)}") for shape, dtype in cases]

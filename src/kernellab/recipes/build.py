@@ -35,7 +35,7 @@ REPO = "kernellab-recipe"
 #: Printed by every step before its command: the last one in a failed build's log is the failed step.
 MARKER = "kernellab-step"
 #: Part of every recipe image's hash: raise it when dockerfile() makes a different image from the same recipe.
-FORMAT = 4  # 4: the manifest at /etc/kernellab/recipe-manifest.json (was recipe-lock.json)
+FORMAT = 5  # 4: the manifest at /etc/kernellab/recipe-manifest.json; 5: pip's --report of the pip layer
 _MARK = re.compile(rf"^(?:#(\d+) [\d.]+ )?{MARKER} (\d+) ")
 
 
@@ -164,7 +164,7 @@ def build(recipe: Recipe, *, target: str | None = None, upto: int | None = None,
         return _buildkit(recipe, env, eng, ctx, log, wheelhouse=wheelhouse, dated=bool(as_of(recipe, env)) and not pinned,
                          tags=tags, target=target, no_cache=no_cache, what=what, out=out)
 
-    if recipe.pip and pinned is None:
+    if recipe.pip_all and pinned is None:
         # Unlocked: resolve the pip packages in a stage of their own and lock them first, so that the pip layer every
         # build runs is the pinned one: writing the lock (or --update) reruns no step whose packages are the same.
         # --update resolves afresh: a pip line BuildKit has not seen (otherwise it serves the old resolution).
@@ -175,6 +175,12 @@ def build(recipe: Recipe, *, target: str | None = None, upto: int | None = None,
             out.write(f"locked the recipe's pip packages in {written} (commit it: later builds install exactly these)\n")
         pinned = [f"{name}=={version}" for name, version in sorted(added.items())]
     image_id = run(pinned, None, stage, tags, f"the state before step {upto}" if upto else f"{len(recipe.steps)} steps")
+    if recipe.packages:  # the system's wheels: the ones the lock names, else locked now
+        got = wheels_in(recipe, image_id, eng)
+        pins.check_wheels(recipe, locked_name, got)
+        written = pins.write(recipe, locked_name, env.spec.digest, pip_added(image_id, eng), got)
+        if written:
+            out.write(f"locked the wheels of {', '.join(p.requirement for p in recipe.packages)} in {written}\n")
     return Built(recipe.name, eng.image(image_id), tags, env, False, time.monotonic() - start, log)
 
 
@@ -233,7 +239,7 @@ def _manifest(recipe: Recipe, env: Environment, provenance: dict[str, Any]) -> m
         target=env.spec.target, base_image=env.base_id, spec_sha256=env.spec.digest, sources=provenance,
         patches=[{"file": p.file.name, "sha256": p.sha256, "source": p.source, "reason": p.reason}
                  for p in recipe.patches],  # in the order they were applied
-        values=env.values, pip=list(recipe.pip), steps=[dataclasses.asdict(s) for s in recipe.steps])
+        values=env.values, pip=list(recipe.pip_all), steps=[dataclasses.asdict(s) for s in recipe.steps])
 
 
 def _run(script: str) -> str:
@@ -257,6 +263,12 @@ def pip_added(image: str, eng: Engine) -> dict[str, str]:
     return pins.parse_added(r.stdout) if r.ok else {}
 
 
+def wheels_in(recipe: Recipe, image: str, eng: Engine) -> dict[str, dict[str, str]]:
+    """The recipe's packages as its image's pip layer installed them: version and wheel sha256 (pip's report)."""
+    r = proc.run(eng.probe_argv(image, [pins.REPORT], entrypoint="cat"), check=False, timeout=120)
+    return pins.wheels(r.stdout, recipe) if r.ok else {}
+
+
 def dockerfile(recipe: Recipe, env: Environment, provenance: dict[str, Any], manifest_sha: str,
                pinned: list[str] | None = None, fresh: str | None = None) -> str:
     """pinned: the recipe's pins (`name==version`), installed instead of the recipe's pip list;
@@ -264,15 +276,16 @@ def dockerfile(recipe: Recipe, env: Environment, provenance: dict[str, Any], man
     lines = [f"FROM {base_ref(env)} AS sources", "USER root", "WORKDIR /src", "COPY src/ /src/"]
     freeze = "(python3 -m pip freeze 2>/dev/null || true) | LC_ALL=C sort"
     lines.append(_run(f"mkdir -p /etc/kernellab && {freeze} > /etc/kernellab/target-pip-freeze.txt"))
-    if recipe.pip:
+    if recipe.pip_all:
         # Not pinned, its packages resolve as of the recipe's day (or its target's).
         date = None if pinned else as_of(recipe, env)
         dated = f"python3 -m pip install {load().pip_as_of} && " if date else ""
         lines.append("RUN --mount=type=cache,id=kl-pip,target=/root/.cache/pip "
                      "--mount=type=secret,id=pipconf,target=/etc/pip.conf "
                      + (f"KERNELLAB_RESOLVED={fresh} " if fresh else "") + dated
-                     + "python3 -m pip install " + (f"--uploaded-prior-to {date}T00:00:00Z " if date else "")
-                     + " ".join(shlex.quote(p) for p in pinned or recipe.pip))
+                     + f"python3 -m pip install --report {pins.REPORT} "
+                     + (f"--uploaded-prior-to {date}T00:00:00Z " if date else "")
+                     + " ".join(shlex.quote(p) for p in pinned or recipe.pip_all))
     lines.append(_run(f"{freeze} > /etc/kernellab/recipe-pip-freeze.txt && LC_ALL=C comm -13 "
                       f"/etc/kernellab/target-pip-freeze.txt /etc/kernellab/recipe-pip-freeze.txt > {pins.ADDED}"))
     previous = "sources"

@@ -175,6 +175,19 @@ class Claim:
 
 
 @dataclass(frozen=True)
+class Package:
+    """The published system as a package from the index (PyPI) at one exact version: installed in the recipe's pip
+    layer, its wheel's sha256 locked beside the pins and named in every record, as a source's commit is."""
+
+    name: str
+    version: str
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.name}=={self.version}"
+
+
+@dataclass(frozen=True)
 class Recipe:
     name: str
     folder: Path
@@ -190,6 +203,13 @@ class Recipe:
     claims: tuple[Claim, ...]
     inputs: tuple[Input, ...] = ()
     as_of: str | None = None              # the recipe's pip layer resolves as of this day (default: the target's)
+    packages: tuple[Package, ...] = ()    # the system as packages at exact versions (besides, or instead of, sources)
+    baselines: Mapping[str, Path] = field(default_factory=dict)   # op in kernels/ -> adapter file (invoke bench)
+
+    @property
+    def pip_all(self) -> tuple[str, ...]:
+        """Everything the recipe's pip layer installs: its packages at their versions, then its pip list."""
+        return (*(p.requirement for p in self.packages), *self.pip)
 
     @property
     def file(self) -> Path:

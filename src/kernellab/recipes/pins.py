@@ -44,7 +44,7 @@ def read(recipe: Recipe, target: str) -> dict[str, Any] | None:
 
 def chosen(recipe: Recipe, target: str, mode: Mode, out: IO[str]) -> list[str] | None:
     """The `name==version` list a build installs instead of the recipe's pip list, or None (resolve it)."""
-    if not recipe.pip or mode == "update":
+    if not recipe.pip_all or mode == "update":
         return None
     lock = read(recipe, target)
     where = shown(path(recipe, target))
@@ -53,10 +53,10 @@ def chosen(recipe: Recipe, target: str, mode: Mode, out: IO[str]) -> list[str] |
             raise RecipeError(f"--locked: recipe {recipe.name} has no lock for target {target} ({where}); build it "
                               f"once without --locked to write one, and commit it.")
         return None
-    if lock["requirements"] != list(recipe.pip):
+    if lock["requirements"] != list(recipe.pip_all):
         if mode == "strict":
             raise RecipeError(f"--locked: {where} was written for pip {lock['requirements']}, the recipe now asks for "
-                              f"{list(recipe.pip)}; build with --update to lock the new list.")
+                              f"{list(recipe.pip_all)}; build with --update to lock the new list.")
         out.write(f"{where} was written for another pip list; resolving the recipe's packages again\n")
         return None
     return [f"{name}=={version}" for name, version in sorted(lock["pip"].items())]
@@ -67,22 +67,72 @@ def parse_added(text: str) -> dict[str, str]:
     return {m.group(1): m.group(2) for m in map(_PIN.match, text.split()) if m}
 
 
-def write(recipe: Recipe, target: str, spec_sha256: str, added: dict[str, str]) -> Path | None:
-    """Record what the pip layer installed; None when the lock already says exactly that."""
-    if not recipe.pip:
+def write(recipe: Recipe, target: str, spec_sha256: str, added: dict[str, str],
+          wheels: dict[str, dict[str, str]] | None = None) -> Path | None:
+    """Record what the pip layer installed (and the wheels of the recipe's packages: version and sha256); None when
+    the lock already says exactly that."""
+    if not recipe.pip_all:
         return None
     p = path(recipe, target)
     old = read(recipe, target)
-    if old is not None and old["requirements"] == list(recipe.pip) and old["pip"] == added:
+    wheels = wheels if wheels is not None else (old or {}).get("wheels", {})
+    if old is not None and old["requirements"] == list(recipe.pip_all) and old["pip"] == added and \
+            old.get("wheels", {}) == wheels:
         return None
     lock = {"recipe": recipe.name, "target": target, "target_spec_sha256": spec_sha256,
-            "requirements": list(recipe.pip), "pip": dict(sorted(added.items()))}
+            "requirements": list(recipe.pip_all), "pip": dict(sorted(added.items()))}
+    if wheels:
+        lock["wheels"] = dict(sorted(wheels.items()))
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(json.dumps(lock, indent=2) + "\n")
     return p
 
 
+#: pip's report of the recipe's pip layer (`pip install --report`): each installed distribution with its archive's hash.
+REPORT = "/etc/kernellab/recipe-pip-report.json"
+
+
+def wheels(report: str, recipe: Recipe) -> dict[str, dict[str, str]]:
+    """The recipe's packages as pip installed them: {name: {version, sha256 of the wheel}} from pip's report."""
+    try:
+        installed = json.loads(report).get("install", [])
+    except ValueError:
+        return {}
+    want = {_canon(p.name): p.name for p in recipe.packages}
+    found = {}
+    for item in installed:
+        meta = item.get("metadata", {})
+        name = want.get(_canon(str(meta.get("name", ""))))
+        if name:
+            archive = (item.get("download_info") or {}).get("archive_info") or {}
+            sha = (archive.get("hashes") or {}).get("sha256") or str(archive.get("hash", "")).removeprefix("sha256=")
+            found[name] = {"version": str(meta.get("version", "")), "sha256": sha}
+    return found
+
+
+def check_wheels(recipe: Recipe, target: str, got: dict[str, dict[str, str]]) -> None:
+    """Each package's wheel must be the one its lock names (same version, same sha256), and be there at all."""
+    for p in recipe.packages:
+        if p.name not in got:
+            raise RecipeError(f"the recipe's package {p.requirement} is not in what its pip layer installed (pip's report "
+                              f"{REPORT}); is it already in the target image at another version?")
+        if got[p.name]["version"] != p.version:
+            raise RecipeError(f"pip installed {p.name} {got[p.name]['version']}, not the recipe's {p.version}.")
+    locked = ((read(recipe, target) or {}).get("wheels") or {})
+    for name, wheel in got.items():
+        was = locked.get(name)
+        if was and was != wheel:
+            raise RecipeError(f"{name} {wheel['version']}'s wheel has sha256 {wheel['sha256']}, but "
+                              f"{shown(path(recipe, target))} locked {was['sha256']} (version {was['version']}): the "
+                              f"index serves another file under that name; find out why before trusting it, or build "
+                              f"with --update to lock the new one.")
+
+
+def _canon(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 def fits(recipe: Recipe, target: str, added: dict[str, str]) -> bool:
     """Whether an image whose pip layer added `added` is what the lock says (True without a lock)."""
     lock = read(recipe, target)
-    return lock is None or not recipe.pip or (lock["requirements"] == list(recipe.pip) and lock["pip"] == added)
+    return lock is None or not recipe.pip_all or (lock["requirements"] == list(recipe.pip_all) and lock["pip"] == added)

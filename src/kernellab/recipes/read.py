@@ -22,6 +22,7 @@ from .model import (
     Experiment,
     Input,
     Metric,
+    Package,
     Paper,
     Patch,
     Recipe,
@@ -135,8 +136,8 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 def parse(name: str, folder: Path, data: dict[str, Any]) -> Recipe:
     file = shown(folder / FILE)
-    top = _Table(file, "", data).known("paper", "environment", "requirements", "sources", "patches", "steps",
-                                       "inputs", "experiments", "claims")
+    top = _Table(file, "", data).known("paper", "environment", "requirements", "sources", "packages", "patches",
+                                       "steps", "inputs", "experiments", "claims", "baselines")
     p = top.sub("paper").known("title", "venue", "year", "link", "no_claims")
     paper = Paper(p.text("title"), p.text("venue"), p.get("year", int, expect="a year such as 2023"),
                   p.text("link", expect="a URL"), p.text("no_claims", ""))
@@ -161,8 +162,12 @@ def parse(name: str, folder: Path, data: dict[str, Any]) -> Recipe:
                      'a CUDA version such as "12.0" (the oldest the code builds with)')
     requirements = Requirements(archs, note=r.text("note", ""), cpu=r.get("cpu", bool, False), min_cuda=min_cuda, **gb)
     sources = tuple(_source(t, folder) for t in top.items("sources"))
-    if not sources:
-        raise top.fail("sources", "must name at least one repository ([[sources]] with url or path, and commit)")
+    packages = tuple(_package(t) for t in top.items("packages"))
+    if not sources and not packages:
+        raise top.fail("sources", "must name at least one repository ([[sources]] with url or path, and commit), or "
+                                  "the system as [[packages]] (name and an exact version)")
+    _unique(top, "packages", [p.name for p in packages])
+    baselines = _baselines(top, folder)
     _unique(top, "sources", [s.name for s in sources])
     patches = tuple(_patch(t, folder, [s.name for s in sources]) for t in top.items("patches"))
     steps = tuple(Step(t.known("name", "run", "cwd").text("name"), t.text("run"), t.text("cwd", "."))
@@ -187,7 +192,36 @@ def parse(name: str, folder: Path, data: dict[str, Any]) -> Recipe:
     for i, e in enumerate(experiments):
         _placeholders(file, f"experiments[{i}].run", e.run, set(KNOWN) | set(e.grid) | set(e.derive))
     return Recipe(name, folder, paper, target, table, env.strings("pip"), requirements, sources, patches, steps,
-                  experiments, claims, inputs, as_of)
+                  experiments, claims, inputs, as_of, packages, baselines)
+
+
+_VERSION = re.compile(r"^[0-9][0-9A-Za-z.+!-]*$")
+
+
+def _package(t: _Table) -> Package:
+    t.known("name", "version")
+    name = t.text("name", expect="a package name as the index has it, such as \"liger-kernel\"")
+    if not _NAME.match(name):
+        raise t.fail("name", f"is {name!r}; write a package name such as \"liger-kernel\"")
+    version = t.text("version", expect='an exact version such as "0.8.5"')
+    if not _VERSION.match(version):
+        raise t.fail("version", f"is {version!r}; write one exact version such as \"0.8.5\" (no ranges: the record "
+                                "names the wheel it ran)")
+    return Package(name, version)
+
+
+def _baselines(top: _Table, folder: Path) -> dict[str, Path]:
+    """[baselines]: op (a folder of kernels/) -> the recipe's adapter file that calls the system with the op's inputs."""
+    table = top.sub("baselines", {})
+    found = {}
+    for op, rel in table.data.items():
+        if not isinstance(rel, str) or not rel.endswith(".py"):
+            raise table.fail(op, 'names the adapter: a .py file of the recipe, such as "baselines/layernorm.py"')
+        path = (folder / rel).resolve()
+        if not path.is_file() or not path.is_relative_to(folder.resolve()):
+            raise table.fail(op, f"names {rel}, which is not a file of the recipe's folder")
+        found[op] = path
+    return found
 
 
 def _unique(t: _Table, key: str, values: list[str]) -> None:

@@ -46,6 +46,7 @@ class Run:
     values: dict[str, Any] = field(default_factory=dict)   # the values the build's commands used
     units: dict[str, str] = field(default_factory=dict)    # metric -> unit
     inputs: dict[str, Any] = field(default_factory=dict)
+    packages: dict[str, Any] = field(default_factory=dict)  # the system's packages: name -> {version, sha256 of the wheel}
     quick: bool = False
     select: str | None = None
     planned: int | None = None            # the cases the run set out to run
@@ -187,9 +188,11 @@ def summary(run: Run) -> str:
              f"{str(run.image.get('recipe_sha256'))[:12]}), kernellab {str(run.machine.get('kernellab_commit'))[:10]}"
              + (" with uncommitted changes" if run.machine.get("kernellab_dirty") else "")
              + (f" (working tree {run.machine['kernellab_tree'][:12]})" if run.machine.get("kernellab_tree") else ""),
-             "- sources: " + ", ".join(f"{k} {v['commit'][:10]}" + "".join(f", {p} {c[:10]}" for p, c in
-                                                                           v.get("submodules", {}).items())
-                                       for k, v in run.sources.items()),
+             "- sources: " + (", ".join(f"{k} {v['commit'][:10]}" + "".join(f", {p} {c[:10]}" for p, c in
+                                                                            v.get("submodules", {}).items())
+                                        for k, v in run.sources.items()) or "none"),
+             *(["- packages: " + ", ".join(f"{n} {w['version']} (wheel sha256 {w['sha256'][:12]})"
+                                            for n, w in run.packages.items())] if run.packages else []),
              "- patches, in order: " + ("; ".join(f"{p['file']} ({p['reason']})" for p in _patches(run)) or "none"),
              f"- {'quick run (one repeat, the quick grid)' if run.quick else 'full run'}; "
              + _how_far(run) + f", {sum(len(c.runs) for c in run.cases)} commands, "

@@ -316,6 +316,7 @@ def prepare(recipe: Recipe, tree: Path, out: Any = None) -> dict[str, Any]:
     provenance = {}
     for s in recipe.sources:  # in order: a later source's dest may lie inside an earlier one's
         provenance[s.name] = _fresh(s, tree / s.dest, out)
+    tree.mkdir(parents=True, exist_ok=True)  # a recipe whose system is a package has no sources: /src is empty
     for p in recipe.patches:
         apply(recipe, p, tree / _source(recipe, p.source).dest)
     return provenance

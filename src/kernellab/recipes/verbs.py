@@ -45,8 +45,13 @@ def check(name: str, *, target: str | None = None) -> str:
     lines = [f"recipe {recipe.name}: {recipe.paper.title} ({recipe.paper.venue} {recipe.paper.year}) is valid",
              f"  environment: target {spec.target} (CUDA {spec.cuda or 'none'}, torch {spec.torch or ('none' if spec.torch_variant == 'none' else 'from base')}, "
              f"archs {spec.arch_list or '-'})",
-             "  sources: " + ", ".join(f"{s.name} {s.commit[:12]}" + (" (fetched)" if sources.fetched(s) else "")
-                                       for s in recipe.sources),
+             "  sources: " + (", ".join(f"{s.name} {s.commit[:12]}" + (" (fetched)" if sources.fetched(s) else "")
+                                        for s in recipe.sources) or "none"),
+             *([f"  packages: {', '.join(p.requirement for p in recipe.packages)} (wheels locked by sha256)"]
+               if recipe.packages else []),
+             *(["  baselines for invoke bench: " + ", ".join(f"{op} ({path.relative_to(recipe.folder)})"
+                                                           for op, path in recipe.baselines.items())]
+               if recipe.baselines else []),
              f"  patches: {len(recipe.patches)}" + (f" (not checked until fetched: {', '.join(unchecked)})"
                                                     if unchecked else " (apply cleanly)" if recipe.patches else ""),
              f"  steps: {', '.join(s.name for s in recipe.steps) or 'none'}",
@@ -137,7 +142,8 @@ def _record(recipe: model.Recipe, folder: Path, cases: list[experiments.Case], b
     run = record.new(recipe, manifest=manifest.read(recipe.name, built.image_id, eng), image_id=built.image_id,
                      image_facts=facts, machine=about, cases=cases, verdicts=verdicts, quick=quick, select=k, planned=planned,
                      stopped_early=len(cases) < planned, date=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                     argv=list(sys.argv), engine=eng.name, inputs={n: r.to_dict() for n, r in ready.items()})
+                     argv=list(sys.argv), engine=eng.name, inputs={n: r.to_dict() for n, r in ready.items()},
+                     packages=builds.wheels_in(recipe, built.image_id, eng) if recipe.packages else {})
     record.write(folder, run)
     return verdicts
 
