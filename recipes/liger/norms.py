@@ -66,7 +66,7 @@ def main():
     p.add_argument("--rows", type=int, default=2048)
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--mode", choices=["forward", "backward", "full"], default="full")
-    p.add_argument("--samples", type=int, default=100)
+    p.add_argument("--samples", type=int, default=50)
     a = p.parse_args()
     dtype = getattr(torch, a.dtype)
     plain = torch_rmsnorm if a.op == "rmsnorm" else torch_layernorm
