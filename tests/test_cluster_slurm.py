@@ -153,6 +153,7 @@ def test_test_and_bench_on_slurm_through_charliecloud(slurm, shared: Path, cpu_i
 
 
 @pytest.mark.docker
+@pytest.mark.full  # about 45 s on 2 cores (Slurm starts a task that fails): the full tier (docs/testing.md)
 def test_a_node_without_the_runtime_fails_fast_saying_which(slurm, shared: Path, cpu_image: str, runs: list[Path],
                                                             tmp_path: Path) -> None:
     # The node's PATH (sbatch passes the submitter's) has Python, Docker and Slurm but no podman.

@@ -197,3 +197,27 @@ def test_a_watch_build_puts_the_kernels_in_their_own_library_and_an_edit_relinks
     edited = build("edit")  # a new process, as each watch round is
     assert edited["compiled"] and edited["mtimes"][0] == first["mtimes"][0], "the binding's library is not relinked"
     assert edited["mtimes"][1] > first["mtimes"][1], "the kernels' library is"
+
+
+LIGER_WHEEL = "60789cd576af073ab9b192b570d2597fd0cdad489cd62fb44fb16256d43754c9"  # recipes/liger/locks/*.json
+
+
+def test_the_liger_recipe_builds_in_cu124_debian_with_the_wheel_its_lock_names(cu124_debian, tmp_path, monkeypatch):
+    """Build only (no GPU here): the recipe's system is Liger-Kernel 0.8.5 from PyPI, installed by its pip layer; the
+    wheel pip installed is the one the committed lock names (sha256), and the adapter's import works in the image."""
+    from kernellab.recipes import build as recipe_build
+    from kernellab.recipes import read
+
+    monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "recipes" / "liger"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "recipes" / "liger", folder)   # its lock is not rewritten
+    recipe = read.load(str(folder))
+    built = recipe_build.build(recipe, engine=DOCKER, out=io.StringIO())
+    assert recipe_build.wheels_in(recipe, built.image_id, DOCKER) == {
+        "liger-kernel": {"version": "0.8.5", "sha256": LIGER_WHEEL}}
+    log = tmp_path / "import.txt"
+    with open(log, "w") as f:
+        code = runner.run(built.image_id, ["python3", "-c", "from liger_kernel.transformers.functional import "
+                                           "liger_layer_norm, liger_rms_norm; print('imports')"],
+                          gpu=False, out=f, engine=DOCKER)
+    assert code == 0 and "imports" in log.read_text(), log.read_text()
