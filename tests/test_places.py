@@ -135,3 +135,34 @@ def test_a_recipe_case_and_a_recipe_task_are_jobs_like_any_other(tmp_path) -> No
     argv, env = task_argv("recipe", "run1", "h100", "tiled", command=("/repo/recipes/demo",), quick=True)
     assert argv == list(jobs.recipe_task("/repo/recipes/demo", "tiled", out="results/run1/h100/tiled", quick=True).argv)
     assert argv[:3] == ["python", "-m", "kernellab.recipes.task"] and env["KERNELLAB_RESULTS"] == "results/run1/h100/tiled"
+
+
+def test_a_native_jobs_timeout_stops_everything_it_started(tmp_path) -> None:
+    """A case's shell started a pipeline: at the timeout none of it may go on (holding the GPU, writing its file)."""
+    import os
+    import time
+
+    pid_file = tmp_path / "pid"
+    job = jobs.Job("recipe-case", ("bash", "-c", f"sleep 600 & echo $! > {pid_file}; wait"), output=tmp_path / "o",
+                   timeout=1)
+    assert places.Native().run(job) == 124
+    child = int(pid_file.read_text())
+    for _ in range(100):  # the killed child is reaped by init: wait for that, not for a time
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError(f"the job's child {child} outlived its timeout")
+
+
+def test_a_container_job_without_a_gpu_attaches_no_gpu_index(monkeypatch, tmp_path) -> None:
+    """A recipe's input is made without a GPU: --gpu-index is for its cases, not a reason to refuse the input."""
+    seen: list[dict] = []
+    monkeypatch.setattr(places.runner, "run", lambda image, argv, **kw: seen.append(kw) or 0)
+    place = places.Container("img", "nvidia", "0")
+    place.run(jobs.recipe_input("true", output=tmp_path / "log", mounts=()))
+    place.run(jobs.recipe_case("true", ".", output=tmp_path / "o", scratch=tmp_path, timeout=60))
+    assert (seen[0]["gpu"], seen[0]["gpu_index"]) == (False, None)
+    assert (seen[1]["gpu"], seen[1]["gpu_index"]) == ("nvidia", "0")

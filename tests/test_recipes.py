@@ -802,6 +802,9 @@ def test_a_recipe_whose_system_is_a_package_names_it_at_one_version_and_offers_b
                                                                                            "2597fd0cdad489cd62fb44fb16256d43754c9"}})
     with pytest.raises(RecipeError, match=r"is not in what its pip layer installed"):
         pins.check_wheels(liger, "cu124-debian", {})
+    # A new version of the package is a new wheel to lock, not a mismatch.
+    newer = dataclasses.replace(liger, packages=(model.Package("liger-kernel", "0.8.6"),))
+    pins.check_wheels(newer, "cu124-debian", {"liger-kernel": {"version": "0.8.6", "sha256": "e" * 64}})
 
 
 @pytest.mark.parametrize("extra, message", [

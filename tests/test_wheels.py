@@ -157,6 +157,11 @@ def test_check_matrix_passes_when_pypi_agrees_and_names_each_difference():
         "torch 2.5.1 pins triton 3.1.0, which PyPI has no wheel of for any of its Pythons",)
 
 
+def test_an_index_that_lists_no_torch_at_all_is_unreachable_not_a_mismatch():
+    with pytest.raises(published.Unreachable, match="lists no torch for any Python"):
+        published.compare(M, pypi({}))
+
+
 def test_check_matrix_stops_when_the_index_cannot_be_reached(monkeypatch, capsys):
     def unreachable(package, python):
         raise published.Unreachable("cannot reach the package index (Network is unreachable); run it where PyPI is")

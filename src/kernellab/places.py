@@ -86,8 +86,9 @@ class Container:
             env["KERNELLAB_OUT"] = SCRATCH
         argv = list(job.with_paths(in_workspace))
         gpu_mode = self.gpu_mode if job.gpu else False
+        gpu_index = self.gpu_index if job.gpu else None   # a job without a GPU (a recipe's input) attaches none
         if job.output is None:
-            return runner.run(self.image, argv, gpu=gpu_mode, interactive=job.interactive, gpu_index=self.gpu_index,
+            return runner.run(self.image, argv, gpu=gpu_mode, interactive=job.interactive, gpu_index=gpu_index,
                               mounts=mounts, env=env or None, engine=self.engine)
         eng = resolve_engine(self.engine)
         name = runner.new_name()
@@ -102,7 +103,7 @@ class Container:
             timer.start()
         try:
             with open(job.output, "w") as f:
-                code = runner.run(self.image, argv, gpu=gpu_mode, gpu_index=self.gpu_index, name=name, out=f,
+                code = runner.run(self.image, argv, gpu=gpu_mode, gpu_index=gpu_index, name=name, out=f,
                                   mounts=mounts, env=env or None, engine=eng)
         finally:
             if timer:

@@ -133,19 +133,29 @@ def to_file(argv: Sequence[str], file: IO[str], *, cwd: str | os.PathLike | None
     if shutil.which(argv[0]) is None and not os.path.exists(argv[0]):
         raise KernellabError(f"`{argv[0]}` is not installed or not on PATH; install it and try again.")
     file.flush()
-    p = subprocess.Popen(argv, cwd=cwd, env=_env(env), stdout=file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    # A session of its own: at the timeout (or Ctrl-C) everything it started goes too, not only argv[0] (a shell).
+    p = subprocess.Popen(argv, cwd=cwd, env=_env(env), stdout=file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                         start_new_session=True)
+
+    def signal_all(sig: int) -> None:
+        try:
+            os.killpg(p.pid, sig)
+        except ProcessLookupError:
+            pass
+
     try:
         return p.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        p.kill()
+        signal_all(signal.SIGKILL)
         p.wait()
         return TIMED_OUT
     except BaseException:
-        p.terminate()
+        signal_all(signal.SIGTERM)
         try:
             p.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            p.kill()
+            signal_all(signal.SIGKILL)
+            p.wait()
         raise
 
 

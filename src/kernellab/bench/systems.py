@@ -86,6 +86,9 @@ def _adapter(op: str, path: Path, offer: Offer) -> Callable[..., Any]:
     except ImportError as e:
         raise BenchError(f"recipe {offer.name}'s adapter for {op} cannot import its system ({e}); run the bench in "
                          f"the recipe's image: `invoke bench -k {op} --against {offer.name}`.") from None
+    except Exception as e:  # noqa: BLE001  (Triton, say, asks for a GPU driver at import)
+        raise BenchError(f"recipe {offer.name}'s adapter for {op} failed as it was imported ({type(e).__name__}: {e}); "
+                         f"its system may need a GPU, which this run has none of.") from None
     fn = getattr(module, "baseline", None)
     if not callable(fn):
         raise BenchError(f"{path} defines no baseline(*inputs): an adapter takes the op's inputs and returns its output.")

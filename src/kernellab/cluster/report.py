@@ -93,7 +93,10 @@ Merger = Callable[[Path, Sequence[str], Sequence[tuple[str, str, dict[str, Any]]
 def merger(name: str) -> Merger:
     """The function a plan's merger names ("module:function")."""
     module, _, function = name.partition(":")
-    found = getattr(importlib.import_module(module), function, None)
+    try:
+        found = getattr(importlib.import_module(module), function, None)
+    except ImportError:
+        found = None
     if not callable(found):
         raise ClusterError(f"the run's merger {name} is not a function of kernellab; the run was planned by another "
                            "kernellab.")

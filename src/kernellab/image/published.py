@@ -20,6 +20,9 @@ from .targets import Matrix, Torch, load, vkey
 
 PYTHONS = tuple(f"3.{minor}" for minor in range(6, 16))
 _LISTED = re.compile(r"^Available versions:\s*(.*)$", re.MULTILINE)
+#: What pip says when it could not ask the index at all (it then also says "No matching distribution").
+_UNREACHABLE = ("Could not fetch URL", "Retrying", "NewConnectionError", "Failed to establish", "Temporary failure "
+                "in name resolution", "ConnectTimeout", "SSLError")
 
 #: (package, python) -> the versions PyPI publishes (a test hands its own).
 Lister = Callable[[str, str], list[str]]
@@ -38,7 +41,8 @@ def pypi_versions(package: str, python: str) -> list[str]:
     found = _LISTED.search(r.stdout)
     if found:
         return [v for v in (x.strip() for x in found.group(1).split(",")) if v and "+" not in v]
-    if "No matching distribution" in r.stdout + r.stderr:
+    said = r.stdout + r.stderr
+    if "No matching distribution" in said and not any(m in said for m in _UNREACHABLE):
         return []
     last = (r.stderr or r.stdout).strip().splitlines()[-1:] or [f"exit code {r.returncode}"]
     raise Unreachable(f"cannot reach the package index ({last[0]}); `make check-matrix` compares the matrix with "
@@ -62,6 +66,9 @@ def compare(matrix: Matrix, listed: Lister = pypi_versions) -> Report:
     with ThreadPoolExecutor(max_workers=4) as pool:   # one pip per package and Python, a few at a time
         found = dict(zip(asks, pool.map(lambda ask: set(listed(*ask)), asks)))
     torch = {py: found["torch", py] for py in PYTHONS}
+    if not any(torch.values()):
+        raise Unreachable("the package index lists no torch for any Python: it is not PyPI, or pip cannot reach it; "
+                          "`make check-matrix` compares the matrix with PyPI, so run it where PyPI is reachable.")
     triton = {py: found["triton", py] for py in PYTHONS}
     problems: list[str] = []
     news: list[str] = []

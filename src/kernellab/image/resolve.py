@@ -84,8 +84,11 @@ def refusal(matrix: Matrix, req: kinds.Request, why: UnfitError) -> ResolveError
     found = nearest_pins(matrix, req)
     gpus = ", ".join(g.name for g in req.gpus or ())
     if found is None:
-        error = ResolveError(f"{why} No CUDA and PyTorch in the matrix resolve with the rest of the request for "
-                             f"{gpus or 'it'}; drop a GPU, or use --torch none (the toolkit alone).")
+        way = "drop a GPU" + ("" if choose.no_torch(req.torch) else ", or use --torch none (the toolkit alone)")
+        fixed = [f"{k} {v}" for k, v in (("target", req.target), ("os", req.os), ("toolkit", req.toolkit),
+                                          ("python", req.python)) if v]
+        error = ResolveError(f"{why} No CUDA and PyTorch in the matrix resolve with the rest of the request "
+                             f"({', '.join(fixed) or 'as given'}) for {gpus or 'it'}; {way}.")
     else:
         shown = " ".join(f"--{k} {v}" for k, v in found.items())
         error = ResolveError(f"{why} The nearest pins that resolve and run on {gpus or 'it'}: {shown}.")

@@ -57,7 +57,12 @@ def write(context: Path, manifest: Manifest) -> str:
 
 def load(path: Path) -> Manifest | None:
     """The manifest at path (a cluster task reads its own image's), or None where there is none."""
-    return Manifest.from_dict(json.loads(path.read_text())) if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        return Manifest.from_dict(json.loads(path.read_text()))
+    except (ValueError, TypeError, AttributeError) as e:
+        raise RecipeError(f"{path} is not a recipe image's manifest ({e}); rebuild the image.") from None
 
 
 def read(recipe: str, image_id: str, eng: Engine) -> Manifest:

@@ -61,7 +61,8 @@ def merge(local: Path, gpus: Sequence[str], tasks: Sequence[tuple[str, str, dict
         machine = {"gpu": {"name": gpu_name} if gpu_name else None, "driver": None, "clocks": {},
                    "host": status.get("host"), "gpu_type": g}
         record.write(local / g, record.new(recipe, manifest=parts[0]["manifest"], image_id=parts[0].get("image_id", ""), machine=machine, cases=cases,
-                                           verdicts=judged, quick=parts[0].get("quick", False)))
+                                           verdicts=judged, quick=parts[0].get("quick", False),
+                                           packages=parts[0].get("packages", {})))
     if recipe is None:
         return "No task left cases to judge: the task table below says why."
     rows = ["| claim | paper | " + " | ".join(gpus) + " |", "|---|---|" + "---|" * len(gpus)]

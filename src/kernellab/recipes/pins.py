@@ -75,7 +75,9 @@ def write(recipe: Recipe, target: str, spec_sha256: str, added: dict[str, str],
         return None
     p = path(recipe, target)
     old = read(recipe, target)
-    wheels = wheels if wheels is not None else (old or {}).get("wheels", {})
+    if wheels is None:  # keep the locked wheels of the packages still asked for, at the versions still asked for
+        wanted = {p.name: p.version for p in recipe.packages}
+        wheels = {n: w for n, w in ((old or {}).get("wheels") or {}).items() if wanted.get(n) == w.get("version")}
     if old is not None and old["requirements"] == list(recipe.pip_all) and old["pip"] == added and \
             old.get("wheels", {}) == wheels:
         return None
@@ -121,7 +123,7 @@ def check_wheels(recipe: Recipe, target: str, got: dict[str, dict[str, str]]) ->
     locked = ((read(recipe, target) or {}).get("wheels") or {})
     for name, wheel in got.items():
         was = locked.get(name)
-        if was and was != wheel:
+        if was and was["version"] == wheel["version"] and was["sha256"] != wheel["sha256"]:
             raise RecipeError(f"{name} {wheel['version']}'s wheel has sha256 {wheel['sha256']}, but "
                               f"{shown(path(recipe, target))} locked {was['sha256']} (version {was['version']}): the "
                               f"index serves another file under that name; find out why before trusting it, or build "

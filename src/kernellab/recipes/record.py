@@ -156,8 +156,8 @@ def load(folder: Path | str) -> Run:
         raise RecipeError(f"{folder} is not a recipe run (no run.json); pass a folder under results/recipes/<name>/.")
     try:
         return Run.from_dict(json.loads(path.read_text()))
-    except (ValueError, TypeError) as e:
-        raise RecipeError(f"{path} is not a readable recipe record ({e}).") from None
+    except (ValueError, TypeError, AttributeError, KeyError) as e:
+        raise RecipeError(f"{path} is not a readable recipe record ({type(e).__name__}: {e}).") from None
     except RecipeError as e:
         raise RecipeError(f"{path} is {e}") from None
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..errors import KernellabError
 from ..places import Native, Place
-from . import experiments, manifest, read
+from . import experiments, manifest, pins, read
 
 #: Where a recipe's image keeps its manifest (with the values its commands were built with) and the recipe itself.
 MANIFEST = Path(manifest.IN_IMAGE)
@@ -43,8 +43,10 @@ def main(argv: list[str] | None = None, place: Place | None = None) -> int:
     except KernellabError as e:
         print(f"kernellab: {e}", file=sys.stderr)
         return e.exit_code or 1
+    report = Path(pins.REPORT)  # the system's packages as this image's pip layer installed them
     done = {"recipe": a.recipe, "quick": a.quick, "image_id": os.environ.get("KERNELLAB_IMAGE_ID", ""),
-            "manifest": made_of.to_dict() if made_of else None, "cases": [c.to_dict() for c in cases]}
+            "manifest": made_of.to_dict() if made_of else None, "cases": [c.to_dict() for c in cases],
+            "packages": pins.wheels(report.read_text(), recipe) if recipe.packages and report.is_file() else {}}
     (a.out / "cases.json").write_text(json.dumps(done, indent=1) + "\n")
     return 1 if any(c.problem for c in cases) else 0
 
