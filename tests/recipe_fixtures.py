@@ -18,17 +18,24 @@ def git(*args: str, cwd: Path) -> str:
                           capture_output=True, text=True).stdout.strip()
 
 
+def one_file_repository(root: Path, name: str, file: str, text: str) -> Path:
+    """root/work-<name>, a repository of one committed file, published bare as root/mirror/paper-lab/<name>.git;
+    returns the working copy."""
+    work = root / f"work-{name}"
+    work.mkdir()
+    git("init", "-q", "-b", "main", cwd=work)
+    (work / file).write_text(text)
+    git("add", ".", cwd=work)
+    git("commit", "-qm", name, cwd=work)
+    git("clone", "-q", "--bare", str(work), str(root / "mirror" / "paper-lab" / f"{name}.git"), cwd=root)
+    return work
+
+
 def make_mirror(root: Path) -> dict[str, str]:
     """Bare repos under root/mirror/paper-lab/{fastop,helper}.git; returns their commits."""
     mirror = root / "mirror" / "paper-lab"
     mirror.mkdir(parents=True)
-    helper = root / "work-helper"
-    helper.mkdir()
-    git("init", "-q", "-b", "main", cwd=helper)
-    (helper / "helper.sh").write_text("echo helper-ok\n")
-    git("add", ".", cwd=helper)
-    git("commit", "-qm", "helper", cwd=helper)
-    git("clone", "-q", "--bare", str(helper), str(mirror / "helper.git"), cwd=root)
+    helper = one_file_repository(root, "helper", "helper.sh", "echo helper-ok\n")
     paper = root / "work-paper"
     paper.mkdir()
     git("init", "-q", "-b", "main", cwd=paper)

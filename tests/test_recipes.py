@@ -14,7 +14,7 @@ import pytest
 from kernellab.errors import RecipeError
 from kernellab.recipes import claims, experiments, model, read, sources
 from kernellab.recipes.experiments import Case, Checked, Repeat
-from recipe_fixtures import git, make_mirror, mirror_env, write_recipe
+from recipe_fixtures import git, make_mirror, mirror_env, one_file_repository, write_recipe
 
 ONE_RUN = Repeat(1, 0, 0.1, "raw/x-r1.txt", {})
 
@@ -267,13 +267,7 @@ def test_nested_submodules_with_relative_urls_are_fetched_into_stores_of_their_o
 
     root, commits = paper
     mirror = root / "mirror/paper-lab"
-    deep = root / "work-deep"
-    deep.mkdir()
-    git("init", "-q", "-b", "main", cwd=deep)
-    (deep / "deep.txt").write_text("deep-ok\n")
-    git("add", ".", cwd=deep)
-    git("commit", "-qm", "deep", cwd=deep)
-    git("clone", "-q", "--bare", str(deep), str(mirror / "deep.git"), cwd=root)
+    deep = one_file_repository(root, "deep", "deep.txt", "deep-ok\n")
     helper = root / "work-helper"
     git("submodule", "add", "-q", str(mirror / "deep.git"), "third_party/deep", cwd=helper)
     git("config", "-f", ".gitmodules", "submodule.third_party/deep.url", "../deep.git", cwd=helper)

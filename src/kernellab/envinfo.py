@@ -11,7 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
-from typing import Any
+from typing import Any, Iterable
 
 
 def _out(argv: list[str]) -> str | None:
@@ -92,6 +92,33 @@ def collect() -> dict[str, Any]:
         "pip_freeze": sorted((line for line in freeze.splitlines() if line and not line.startswith(skip)),
                              key=str.lower),
     }
+
+
+#: pip's report of a recipe image's pip layer (`pip install --report`), kept in the image: which wheel was installed.
+PIP_REPORT = "/etc/kernellab/recipe-pip-report.json"
+
+
+def wheels(report: str, names: Iterable[str]) -> dict[str, dict[str, str]]:
+    """The named distributions as pip's report says it installed them: {name as given: {version, sha256 of the
+    wheel}}; names compare as pip does (liger-kernel is liger_kernel). Not a report: {}."""
+    try:
+        installed = json.loads(report).get("install", [])
+    except (ValueError, AttributeError):
+        return {}
+    want = {_canonical(n): n for n in names}
+    found = {}
+    for item in installed:
+        meta = item.get("metadata", {})
+        name = want.get(_canonical(str(meta.get("name", ""))))
+        if name:
+            archive = (item.get("download_info") or {}).get("archive_info") or {}
+            sha = (archive.get("hashes") or {}).get("sha256") or str(archive.get("hash", "")).removeprefix("sha256=")
+            found[name] = {"version": str(meta.get("version", "")), "sha256": sha}
+    return found
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 if __name__ == "__main__":

@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import ROOT
+from .. import ROOT, envinfo
 from ..errors import BenchError
 
-#: pip's report of a recipe image's pip layer (kernellab.recipes.pins.REPORT).
-REPORT = Path("/etc/kernellab/recipe-pip-report.json")
+#: pip's report of a recipe image's pip layer.
+REPORT = Path(envinfo.PIP_REPORT)
 
 
 @dataclass(frozen=True)
@@ -97,20 +96,7 @@ def _adapter(op: str, path: Path, offer: Offer) -> Callable[..., Any]:
 
 def installed(packages: tuple[str, ...], report: Path) -> dict[str, dict[str, str]]:
     """Each package's version and wheel sha256 as the image's pip report has them; else the version installed."""
-    found: dict[str, dict[str, str]] = {}
-    wanted = {_canon(p): p for p in packages}
-    if report.is_file():
-        try:
-            items = json.loads(report.read_text()).get("install", [])
-        except ValueError:
-            items = []
-        for item in items:
-            meta = item.get("metadata", {})
-            name = wanted.get(_canon(str(meta.get("name", ""))))
-            if name:
-                archive = (item.get("download_info") or {}).get("archive_info") or {}
-                sha = (archive.get("hashes") or {}).get("sha256") or str(archive.get("hash", "")).removeprefix("sha256=")
-                found[name] = {"version": str(meta.get("version", "")), "sha256": sha}
+    found = envinfo.wheels(report.read_text(), packages) if report.is_file() else {}
     from importlib import metadata
 
     for name in packages:
@@ -120,7 +106,3 @@ def installed(packages: tuple[str, ...], report: Path) -> dict[str, dict[str, st
             except metadata.PackageNotFoundError:
                 found[name] = {"version": "not installed", "sha256": ""}
     return found
-
-
-def _canon(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()

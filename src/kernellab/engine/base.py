@@ -213,6 +213,10 @@ class Engine:
         return self.run_argv(image, command, user=(0, 0), network="none", entrypoint=entrypoint, mounts=mounts,
                              init=False, shm_size=None)
 
+    def read_file(self, image: str, path: str, timeout: float = 120) -> proc.Result:
+        """A file of an image, read through a throwaway container (`cat`); the result says whether there was one."""
+        return proc.run(self.probe_argv(image, [path], entrypoint="cat"), check=False, timeout=timeout)
+
     def run_argv(self, image: str, command: Sequence[str] = (), *, user: tuple[int, int], mounts: Sequence[str] = (),
                  env: dict[str, str] | None = None, pass_env: Sequence[str] = (), workdir: str | None = None,
                  network: str | None = None, name: str | None = None, interactive: bool = False, tty: bool = False,

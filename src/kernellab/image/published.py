@@ -16,6 +16,7 @@ from typing import Callable, Sequence
 
 from .. import proc
 from ..errors import KernellabError
+from .kinds.choose import span
 from .targets import Matrix, Torch, load, vkey
 
 PYTHONS = tuple(f"3.{minor}" for minor in range(6, 16))
@@ -56,10 +57,6 @@ class Report:
     notes: tuple[str, ...]        # facts worth knowing that are not differences
 
 
-def _span(pythons: Sequence[str]) -> str:
-    return f"{pythons[0]}–{pythons[-1]}" if len(pythons) > 1 else pythons[0]
-
-
 def compare(matrix: Matrix, listed: Lister = pypi_versions) -> Report:
     """The matrix's torch releases (and their triton pins) against PyPI's wheels, per Python."""
     asks = [(package, py) for package in ("torch", "triton") for py in PYTHONS]
@@ -82,8 +79,8 @@ def compare(matrix: Matrix, listed: Lister = pypi_versions) -> Report:
                                 f"no wheel of it for any Python")
             continue
         if have != want:
-            problems.append(f"torch {t.version}: PyPI publishes wheels for Python {_span(have)}; the matrix says "
-                            f"{_span(want)} (docker/matrix.toml: python = [\"{have[0]}\", \"{have[-1]}\"])")
+            problems.append(f"torch {t.version}: PyPI publishes wheels for Python {span(have)}; the matrix says "
+                            f"{span(want)} (docker/matrix.toml: python = [\"{have[0]}\", \"{have[-1]}\"])")
         _triton(t, have, triton, problems, notes)
     newest = max(matrix.torch, key=vkey)
     newer = sorted({v for vs in torch.values() for v in vs if vkey(v) > vkey(newest)}, key=vkey)
@@ -123,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if report.problems:
         print(f"{len(report.problems)} difference(s) between docker/matrix.toml and PyPI.", file=sys.stderr)
         return 1
-    print(f"docker/matrix.toml agrees with PyPI: {len(load().torch)} torch releases, Pythons {_span(PYTHONS)}.")
+    print(f"docker/matrix.toml agrees with PyPI: {len(load().torch)} torch releases, Pythons {span(PYTHONS)}.")
     return 0
 
 

@@ -258,14 +258,13 @@ def as_of(recipe: Recipe, env: Environment) -> str | None:
 
 def pip_added(image: str, eng: Engine) -> dict[str, str]:
     """What the recipe's pip layer added to the target's packages (read from the image)."""
-    argv = eng.probe_argv(image, [pins.ADDED], entrypoint="cat")
-    r = proc.run(argv, check=False, timeout=120)
+    r = eng.read_file(image, pins.ADDED)
     return pins.parse_added(r.stdout) if r.ok else {}
 
 
 def wheels_in(recipe: Recipe, image: str, eng: Engine) -> dict[str, dict[str, str]]:
     """The recipe's packages as its image's pip layer installed them: version and wheel sha256 (pip's report)."""
-    r = proc.run(eng.probe_argv(image, [pins.REPORT], entrypoint="cat"), check=False, timeout=120)
+    r = eng.read_file(image, pins.REPORT)
     return pins.wheels(r.stdout, recipe) if r.ok else {}
 
 

@@ -14,7 +14,6 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .. import proc
 from ..engine import Engine
 from ..errors import RecipeError
 
@@ -67,8 +66,7 @@ def load(path: Path) -> Manifest | None:
 
 def read(recipe: str, image_id: str, eng: Engine) -> Manifest:
     """What the recipe's image was made of, read from the image itself (whatever cache built it)."""
-    argv = eng.probe_argv(image_id, [IN_IMAGE], entrypoint="cat")
-    r = proc.run(argv, check=False, timeout=120)
+    r = eng.read_file(image_id, IN_IMAGE)
     try:
         return Manifest.from_dict(json.loads(r.stdout))
     except (ValueError, TypeError):

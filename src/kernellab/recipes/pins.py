@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import IO, Any, Literal
 
-from .. import shown
+from .. import envinfo, shown
 from ..errors import RecipeError
 from .model import Recipe
 
@@ -91,25 +91,12 @@ def write(recipe: Recipe, target: str, spec_sha256: str, added: dict[str, str],
 
 
 #: pip's report of the recipe's pip layer (`pip install --report`): each installed distribution with its archive's hash.
-REPORT = "/etc/kernellab/recipe-pip-report.json"
+REPORT = envinfo.PIP_REPORT
 
 
 def wheels(report: str, recipe: Recipe) -> dict[str, dict[str, str]]:
     """The recipe's packages as pip installed them: {name: {version, sha256 of the wheel}} from pip's report."""
-    try:
-        installed = json.loads(report).get("install", [])
-    except ValueError:
-        return {}
-    want = {_canon(p.name): p.name for p in recipe.packages}
-    found = {}
-    for item in installed:
-        meta = item.get("metadata", {})
-        name = want.get(_canon(str(meta.get("name", ""))))
-        if name:
-            archive = (item.get("download_info") or {}).get("archive_info") or {}
-            sha = (archive.get("hashes") or {}).get("sha256") or str(archive.get("hash", "")).removeprefix("sha256=")
-            found[name] = {"version": str(meta.get("version", "")), "sha256": sha}
-    return found
+    return envinfo.wheels(report, [p.name for p in recipe.packages])
 
 
 def check_wheels(recipe: Recipe, target: str, got: dict[str, dict[str, str]]) -> None:
@@ -128,10 +115,6 @@ def check_wheels(recipe: Recipe, target: str, got: dict[str, dict[str, str]]) ->
                               f"{shown(path(recipe, target))} locked {was['sha256']} (version {was['version']}): the "
                               f"index serves another file under that name; find out why before trusting it, or build "
                               f"with --update to lock the new one.")
-
-
-def _canon(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def fits(recipe: Recipe, target: str, added: dict[str, str]) -> bool:
