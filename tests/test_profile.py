@@ -254,4 +254,4 @@ def test_a_container_gets_the_hosts_nsight_compute_read_only_and_no_extra_privil
     assert f"{ncu_dir}:/opt/kernellab/host-nsight-compute:ro" in argv
     assert argv[argv.index("--user") + 1] == "1000:1000"
     assert "--privileged" not in argv and not any(a.startswith("--cap-add") for a in argv)
-    assert f"{tools.HOST_NCU}/ncu" in tools._FOLDERS["ncu"]  # found there when the image has none
+    assert f"{tools.HOST_NCU}/ncu" in tools.TOOLS["ncu"].folders  # found there when the image has none

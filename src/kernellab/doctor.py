@@ -156,6 +156,14 @@ def _profiling(ctx: Context) -> Finding:
     return Finding("profiling", r.severity, r.message, r.remedy)
 
 
+@check("timelines")
+def _timelines(ctx: Context) -> Finding:
+    from .nsight import nsys
+
+    r = nsys.readiness(tools.find("nsys"), bool(ctx.gpus))
+    return Finding("timelines", r.severity, r.message, r.remedy)
+
+
 @check("network")
 def _network(ctx: Context) -> Finding:
     proxies = sorted({v.upper() for v in os.environ if v.upper() in network.PROXY_VARS})

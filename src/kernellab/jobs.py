@@ -89,12 +89,18 @@ def watch(op: str, *, bench: bool = False, kernels: str | None = None) -> Job:
 
 
 def profile(op: str, *, set: str = "basic", shape: str | None = None, dtype: str | None = None,
-            impl: list[str] | None = None, kernel: str | None = None, trace: bool = False,
+            impl: list[str] | None = None, kernel: str | None = None, trace: bool = False, timeline: bool = False,
+            calls: int | None = None, seconds: float | None = None, system: str | None = None,
             out: str | None = None, kernels: str | None = None) -> Job:
-    return _build("profile", ["python", "-m", "kernellab.nsight.profile", "-k", op, "--set", set], ("--shape", shape),
-                  ("--dtype", dtype), *[("--impl", i) for i in impl or []], ("--kernel", kernel), ("--trace", trace),
-                  ("--out", _path(out)), ("--kernels", _path(kernels)), select=op,
-                  tools=() if trace else ("ncu",), results="--out")
+    """Nsight Compute on the launches the bench times; --timeline: one Nsight Systems capture of them instead."""
+    common = (("--shape", shape), ("--dtype", dtype), *[("--impl", i) for i in impl or []], ("--system", system),
+              ("--out", _path(out)), ("--kernels", _path(kernels)))
+    if timeline:
+        return _build("profile", ["python", "-m", "kernellab.nsight.op_timeline", "-k", op], *common,
+                      ("--calls", None if calls is None else str(calls)),
+                      ("--seconds", None if seconds is None else f"{seconds:g}"), select=op, tools=("nsys",), results="--out")
+    return _build("profile", ["python", "-m", "kernellab.nsight.profile", "-k", op, "--set", set], *common,
+                  ("--kernel", kernel), ("--trace", trace), select=op, tools=() if trace else ("ncu",), results="--out")
 
 
 def sanitize(op: str, *, tool: str = "memcheck", kernels: str | None = None) -> Job:

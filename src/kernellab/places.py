@@ -79,8 +79,7 @@ class Container:
     def run(self, job: Job) -> int:
         mounts: list[str] = list(job.mounts)
         env = dict(job.env)
-        if "ncu" in job.tools and (host := tools.find("ncu")) is not None:  # used only when the image has none
-            mounts.append(f"{tools.install_folder(host)}:{tools.HOST_NCU}:ro")
+        mounts += tools.mounts(job.tools)  # the host's installs, found only when the image has none
         if job.scratch is not None:
             mounts.append(f"{job.scratch.resolve()}:{SCRATCH}")
             env["KERNELLAB_OUT"] = SCRATCH

@@ -11,6 +11,7 @@ from ..nsight.ncu import SETS
 from ..nsight.sanitize import TOOLS
 from ..ops.spec import KERNELS, find_op
 from ..places import PLACE_HELP
+from . import against as against_
 from . import run_job, task
 
 _OP = "its name, or an expression matching one op (like pytest -k)"
@@ -32,20 +33,40 @@ def _one_op(k: str | None, kernels: str | None, task_name: str) -> str:
     "set": "Nsight Compute's section set: basic (plus warp stalls) or full",
     "kernel": "only kernels whose function name matches this regular expression",
     "trace": "a torch.profiler trace (Chrome trace JSON) per implementation instead: needs no counters",
-    "out": "the run's folder (default results/<date>-<time>-<gpu>); reports go to its profile/",
+    "timeline": "an Nsight Systems timeline instead: kernels per call, launch gaps, a picture, the .nsys-rep",
+    "calls": "--timeline: calls of each implementation captured (default 10)",
+    "seconds": "--timeline: stop the capture after this many seconds",
+    "against": "a recipe whose published system is profiled beside your kernel, in the recipe's image",
+    "out": "the run's folder (default results/<date>-<time>-<gpu>); reports go to its profile/ (or timeline/)",
 })
 def profile(c: Any, k: str | None = None, shape: str | None = None, dtype: str | None = None,
             impl: list[str] | None = None, set: str = "basic", kernel: str | None = None, trace: bool = False,
+            timeline: bool = False, calls: int | None = None, seconds: float | None = None, against: str | None = None,
             out: str | None = None, kernels: str | None = None, native: bool = False, target: str | None = None,
             image: str | None = None, engine: str | None = None, gpu_mode: str | None = None,
             gpu_index: str | None = None, on: str | None = None, gpus: str | None = None,
             profile: str | None = None, resume: str | None = None, dry_run: bool = False) -> None:
-    """Nsight Compute on the launches the benchmark times: candidate and baselines side by side."""
+    """Nsight Compute (or, --timeline, Nsight Systems) on the calls the benchmark times: candidate and baselines."""
     if set not in SETS:
         raise UsageError(f"unknown --set {set!r}; use one of {', '.join(SETS)}.")
-    job = jobs.profile(_one_op(k, kernels, "profile"), set=set, shape=shape, dtype=dtype, impl=impl, kernel=kernel,
-                       trace=trace, out=out, kernels=kernels)
-    run_job(c, job, locals())
+    if timeline and (trace or kernel):
+        raise UsageError(f"--{'trace' if trace else 'kernel'} is for Nsight Compute's profile; --timeline captures "
+                         "every kernel of each call.")
+    if (calls is not None or seconds is not None) and not timeline:
+        raise UsageError("--calls and --seconds are for --timeline.")
+    if calls is not None and calls < 1:
+        raise UsageError(f"--calls {calls}: give at least 1.")
+    op = _one_op(k, kernels, "profile")
+
+    def make(system: str | None = None) -> jobs.Job:
+        return jobs.profile(op, set=set, shape=shape, dtype=dtype, impl=impl, kernel=kernel, trace=trace,
+                            timeline=timeline, calls=calls, seconds=seconds, system=system, out=out, kernels=kernels)
+
+    if against:
+        against_.run(c, against, make, k=op, native=native, target=target, image=image, gpu_mode=gpu_mode,
+                     gpu_index=gpu_index, on=on or resume, verb="profile")
+        return
+    run_job(c, make(), locals())
 
 
 @task(help={**PLACE_HELP, "k": f"the op whose checks run under compute-sanitizer: {_OP}", "kernels": _KERNELS,

@@ -44,7 +44,8 @@ WARMUP = 3
 # --------------------------------------------------------------------------- the profiled child (--launch)
 
 
-def launch(root: Path, name: str, impl: str, shape: dict[str, int], dtype: str, trace: Path | None = None) -> int:
+def launch(root: Path, name: str, impl: str, shape: dict[str, int], dtype: str, trace: Path | None = None,
+           system: str | None = None) -> int:
     """Load the op, warm the implementation up, call it once inside the NVTX range (or a torch.profiler
     trace written to `trace`)."""
     import torch
@@ -53,7 +54,7 @@ def launch(root: Path, name: str, impl: str, shape: dict[str, int], dtype: str, 
 
     spec = _find(root, name)
     module = library.load(spec)
-    fn = {**module.candidates, **module.baselines}[impl]
+    fn = {**module.candidates, **module.baselines, **published(spec.name, system)}[impl]
     inputs = module.make_inputs(shape, dtype, "cuda", spec.seeds[0] if spec.seeds else 0)
     for _ in range(WARMUP):
         fn(*inputs)
@@ -74,6 +75,17 @@ def launch(root: Path, name: str, impl: str, shape: dict[str, int], dtype: str, 
 
 
 # --------------------------------------------------------------------------- the driver
+
+
+def published(op: str, system: str | None) -> dict[str, Any]:
+    """A recipe's published system as one more implementation (`invoke profile --against RECIPE`)."""
+    if not system:
+        return {}
+    from ..bench import systems
+
+    loaded = systems.load(systems.Offer.from_json(system))
+    return {loaded.offer.name: loaded.baselines[op]} if op in loaded.baselines else {}
+
 
 
 def _find(root: Path, name: str) -> OpSpec:
@@ -101,9 +113,17 @@ def choose_shape(spec: OpSpec, shape: str | None) -> dict[str, int]:
     return chosen
 
 
-def choose_impls(spec: OpSpec, wanted: Sequence[str] | None) -> list[tuple[str, str]]:
-    """(name, role) for every candidate and baseline, or the ones named with --impl."""
+def choose_impls(spec: OpSpec, wanted: Sequence[str] | None, system: str | None = None) -> list[tuple[str, str]]:
+    """(name, role) for every candidate and baseline (and a recipe's published system), or those named with --impl."""
     impls = [(n, "candidate") for n in spec.candidates] + [(n, "baseline") for n in spec.baselines]
+    if system:
+        from ..bench.systems import Offer
+
+        offer = Offer.from_json(system)
+        if spec.name not in offer.adapters:
+            raise ConfigError(f"recipe {offer.name} offers no baseline for {spec.name} (it offers "
+                              f"{', '.join(offer.adapters)}).")
+        impls.append((offer.name, "published"))
     if not wanted:
         return impls
     names = [n for n, _ in impls]
@@ -120,7 +140,7 @@ def file_stem(spec: OpSpec, shape: dict[str, int], dtype: str, impl: str) -> str
 
 def run(root: Path, name: str, *, shape: str | None = None, dtype: str | None = None,
         impls: Sequence[str] | None = None, set_name: str = "basic", kernel: str | None = None,
-        trace: bool = False, out: Path | None = None) -> Path:
+        trace: bool = False, out: Path | None = None, system: str | None = None) -> Path:
     """Profile (or trace) every chosen implementation; returns the finished `<out>/profile` folder."""
     import torch
 
@@ -134,7 +154,7 @@ def run(root: Path, name: str, *, shape: str | None = None, dtype: str | None = 
     chosen_dtype = dtype or spec.bench_dtypes[0]
     if chosen_dtype not in spec.dtypes:
         raise ConfigError(f"--dtype {chosen_dtype}: {spec.name} supports {', '.join(spec.dtypes)}.")
-    chosen = choose_impls(spec, impls)
+    chosen = choose_impls(spec, impls, system)
     from ..ops.library import arch_requirements
 
     _, unavailable = arch_requirements(spec) if spec.kind == "cuda" else ([], {})
@@ -169,7 +189,8 @@ def run(root: Path, name: str, *, shape: str | None = None, dtype: str | None = 
     }
     try:
         with gpu_lock(torch):  # a benchmark or sanitizer beside ncu would change what it measures
-            _profile_each(spec, root, chosen, chosen_shape, chosen_dtype, doc, partial, ncu, set_name, kernel, trace)
+            _profile_each(spec, root, chosen, chosen_shape, chosen_dtype, doc, partial, ncu, set_name, kernel, trace,
+                          system)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)  # nothing half-done left beside finished runs
         raise
@@ -182,12 +203,13 @@ def run(root: Path, name: str, *, shape: str | None = None, dtype: str | None = 
 
 def _profile_each(spec: OpSpec, root: Path, chosen: list[tuple[str, str]], chosen_shape: dict[str, int],
                   chosen_dtype: str, doc: dict[str, Any], partial: Path, ncu: Path | None, set_name: str,
-                  kernel: str | None, trace: bool) -> None:
+                  kernel: str | None, trace: bool, system: str | None) -> None:
     t_all = time.perf_counter()
     for impl, role in chosen:
         stem = file_stem(spec, chosen_shape, chosen_dtype, impl)
         program = [sys.executable, "-m", "kernellab.nsight.profile", "--launch", "-k", spec.name, "--impl", impl,
-                   "--shape", json.dumps(chosen_shape), "--dtype", chosen_dtype, "--kernels", str(root)]
+                   "--shape", json.dumps(chosen_shape), "--dtype", chosen_dtype, "--kernels", str(root),
+                   *(["--system", system] if system else [])]
         print(f"profile: {spec.name} {impl} ({role}) ...", flush=True)
         t0 = time.perf_counter()
         if trace:
@@ -256,15 +278,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trace", action="store_true", help="a torch.profiler trace per implementation instead")
     parser.add_argument("--out", type=Path, help="the run's folder (default results/<date>-<time>-<gpu>)")
     parser.add_argument("--kernels", type=Path, help="the kernels folder (default: kernels/)")
+    parser.add_argument("--system", help="a recipe's offer of baselines (JSON; `invoke profile --against` writes it)")
     parser.add_argument("--launch", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--trace-to", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     root = args.kernels.resolve() if args.kernels else KERNELS
     try:
         if args.launch:
-            return launch(root, args.op, args.impl[0], json.loads(args.shape), args.dtype, args.trace_to)
+            return launch(root, args.op, args.impl[0], json.loads(args.shape), args.dtype, args.trace_to, args.system)
         folder = run(root, args.op, shape=args.shape, dtype=args.dtype, impls=args.impl, set_name=args.set_name,
-                     kernel=args.kernel, trace=args.trace, out=args.out)
+                     kernel=args.kernel, trace=args.trace, out=args.out, system=args.system)
     except KernellabError as e:
         print(f"kernellab: {e}", file=sys.stderr)
         return e.exit_code

@@ -1,10 +1,12 @@
-"""NVIDIA's kernel tools, Nsight Compute (`ncu`) and `compute-sanitizer`: where they are, and whether this
-machine lets a user read the GPU's performance counters.
+"""NVIDIA's tools, one registry: Nsight Compute (`ncu`), `compute-sanitizer` and Nsight Systems (`nsys`): where each
+is, what a container mounts when its image has none, and whether this machine lets a user read the GPU's counters.
 
-Search order for a tool: $KERNELLAB_NCU / $KERNELLAB_SANITIZER, PATH, $CUDA_HOME/bin, the usual install
-folders (newest version first), and last the host's Nsight Compute that `invoke profile` mounts read-only
-into a container whose image has none (HOST_NCU). Counters: the driver's `RmProfilingAdminOnly` in
-/proc/driver/nvidia/params; 1 means only root (or CAP_SYS_ADMIN) may read them.
+A tool is one `Tool` row in TOOLS (its override variable, the usual install folders, where a container sees the
+host's install) and one module of its own (ncu, sanitize, nsys). Search order: the override ($KERNELLAB_NCU,
+$KERNELLAB_SANITIZER, $KERNELLAB_NSYS), PATH, $CUDA_HOME/bin, the usual install folders (newest version first), and
+last the host's install that a place mounts read-only into a container whose image has none (`Tool.mount`).
+Counters: the driver's `RmProfilingAdminOnly` in /proc/driver/nvidia/params; 1 means only root (or CAP_SYS_ADMIN)
+may read them.
 """
 from __future__ import annotations
 
@@ -17,18 +19,41 @@ from pathlib import Path
 
 from ..image.targets import vkey
 
-#: Where a container sees the host's Nsight Compute folder (mounted read-only by `invoke profile`).
+
+@dataclass(frozen=True)
+class Tool:
+    """One of NVIDIA's tools: its executable's name, override variable, install folders (globs, newest first), and
+    the folder where a container sees the host's install (mounted read-only; searched last)."""
+
+    name: str
+    override: str
+    folders: tuple[str, ...]
+    mount: str
+    doc: str                     # the page that says how kernellab uses it
+
+    def mounted(self, install: Path) -> str:
+        """The `host:container:ro` mount that shows the host's install (see install_folder) in a container."""
+        return f"{install}:{self.mount}:ro"
+
+
+#: Where a container sees the host's Nsight Compute folder and Nsight Systems prefix.
 HOST_NCU = "/opt/kernellab/host-nsight-compute"
+HOST_NSYS = "/opt/kernellab/host-nsight-systems"
 PARAMS = Path("/proc/driver/nvidia/params")
 
-_OVERRIDE = {"ncu": "KERNELLAB_NCU", "compute-sanitizer": "KERNELLAB_SANITIZER"}
-_FOLDERS = {
-    "ncu": ["/opt/nvidia/nsight-compute/*/ncu", "/usr/local/cuda*/nsight-compute*/ncu", "/usr/local/NVIDIA-Nsight-Compute*/ncu",
-            f"{HOST_NCU}/ncu"],
-    "compute-sanitizer": ["/usr/local/cuda*/compute-sanitizer/compute-sanitizer", "/usr/local/cuda*/bin/compute-sanitizer",
-                          "/opt/nvidia/compute-sanitizer/compute-sanitizer"],
-}
-
+TOOLS = {t.name: t for t in (
+    Tool("ncu", "KERNELLAB_NCU", ("/opt/nvidia/nsight-compute/*/ncu", "/usr/local/cuda*/nsight-compute*/ncu",
+                                  "/usr/local/NVIDIA-Nsight-Compute*/ncu", f"{HOST_NCU}/ncu"), HOST_NCU, "docs/profile.md"),
+    Tool("compute-sanitizer", "KERNELLAB_SANITIZER",
+         ("/usr/local/cuda*/compute-sanitizer/compute-sanitizer", "/usr/local/cuda*/bin/compute-sanitizer",
+          "/opt/nvidia/compute-sanitizer/compute-sanitizer"), "", "docs/profile.md"),
+    # Standalone installs and kernellab's prefix (docker/nsight-systems.sh) have bin/nsys; the one inside an Nsight
+    # Compute folder (and CUDA's) sits in .../target-linux-x64/.
+    Tool("nsys", "KERNELLAB_NSYS", ("/opt/nvidia/nsight-systems/*/bin/nsys", "/opt/nvidia/nsight-systems-cli/*/bin/nsys",
+                                    "/usr/local/cuda*/bin/nsys", "/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys",
+                                    f"{HOST_NSYS}/bin/nsys", f"{HOST_NSYS}/target-linux-x64/nsys"),
+         HOST_NSYS, "docs/profile.md#timelines-nsight-systems"),
+)}
 #: What to do when the counters are restricted, in one sentence (doctor and `invoke profile` say it).
 COUNTERS_REMEDY = (
     "GPU performance counters are restricted to admin users on this machine (RmProfilingAdminOnly: 1); "
@@ -39,8 +64,8 @@ COUNTERS_REMEDY = (
 
 
 def find(tool: str) -> Path | None:
-    """The `ncu` or `compute-sanitizer` executable to use here, or None."""
-    override = os.environ.get(_OVERRIDE[tool], "").strip()
+    """The executable of a tool of TOOLS to use here, or None."""
+    override = os.environ.get(TOOLS[tool].override, "").strip()
     if override:
         return Path(override) if os.access(override, os.X_OK) else None
     on_path = shutil.which(tool)
@@ -49,7 +74,7 @@ def find(tool: str) -> Path | None:
     home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
     if home and os.access(Path(home) / "bin" / tool, os.X_OK):
         return Path(home) / "bin" / tool
-    for pattern in _FOLDERS[tool]:
+    for pattern in TOOLS[tool].folders:
         found = sorted(glob.glob(pattern), key=_version_of, reverse=True)
         for candidate in found:
             if os.access(candidate, os.X_OK):
@@ -62,10 +87,25 @@ def _version_of(path: str) -> tuple[int, ...]:
     return vkey(numbers[-1]) if numbers else ()
 
 
-def install_folder(ncu: Path) -> Path:
-    """The folder that holds an Nsight Compute install (what a container gets mounted): ncu's own folder,
-    unless ncu is a link (/usr/local/cuda/bin/ncu) into one."""
-    return ncu.resolve().parent
+def install_folder(exe: Path) -> Path:
+    """The folder that holds a tool's install (what a container gets mounted): ncu's own folder (ncu may be a link,
+    /usr/local/cuda/bin/ncu, into it); for nsys, the folder above its bin/ or target-linux-x64/ (which holds the
+    report importer's folder beside the CLI's)."""
+    real = exe.resolve()
+    if real.name == "nsys" and real.parent.name in ("bin", "target-linux-x64"):
+        return real.parent.parent
+    return real.parent
+
+
+def mounts(names: tuple[str, ...]) -> list[str]:
+    """The read-only mounts of this machine's installs of the tools `names` (those with a mount point), for a
+    container whose image may lack them."""
+    out = []
+    for name in names:
+        tool, host = TOOLS[name], find(name)
+        if tool.mount and host is not None:
+            out.append(tool.mounted(install_folder(host)))
+    return out
 
 
 def counters_restricted(params_text: str | None) -> bool | None:
