@@ -3,7 +3,9 @@
 # - Debian's chromium, headless: loads the JupyterLab page `invoke notebook` serves (tests/test_devenv_docker.py);
 # - the Dev Containers CLI (npm @devcontainers/cli, pinned here) brings up the file `invoke devcontainer` writes;
 # - Debian's slurm-wlm, munge, charliecloud and squashfs-tools: the one-node Slurm of tests/slurm that the cluster
-#   tests submit to (tests/test_cluster_slurm.py), with Charliecloud as one of the nodes' runtimes.
+#   tests submit to (tests/test_cluster_slurm.py), with Charliecloud as one of the nodes' runtimes;
+# - Debian's Nsight Systems (trixie's, for CUDA 12.4), unpacked by docker/nsight-systems.sh under /opt/nvidia: the
+#   timeline tests capture CPU programs with it, natively and mounted into the default image (tests/test_nsys*.py).
 # Idempotent, and never fatal: as root it installs missing OS packages; otherwise (or offline) it says
 # what is missing and goes on (those tests then skip, or fail where KERNELLAB_REQUIRE_DOCKER=1, as in CI).
 set -euo pipefail
@@ -38,4 +40,16 @@ if command -v npm >/dev/null 2>&1; then
     echo "devcontainer CLI $("$PREFIX/node_modules/.bin/devcontainer" --version) at $PREFIX/node_modules/.bin/devcontainer"
   fi
 fi
+NSYS_VERSION=2023.4.4.54~12.4.1-2
+NSYS_PREFIX=/opt/nvidia/nsight-systems/2023.4.4
+if [ ! -x "$NSYS_PREFIX/bin/nsys" ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "kernellab: the timeline tests need Debian's Nsight Systems; run \`sudo make test-tools\` once." >&2
+  else
+    echo "installing Debian's Nsight Systems $NSYS_VERSION under $NSYS_PREFIX"
+    bash docker/nsight-systems.sh "$NSYS_VERSION" "$NSYS_PREFIX" >/dev/null \
+      || echo "kernellab: could not install Nsight Systems (see above); the timeline tests will say so." >&2
+  fi
+fi
+[ -x "$NSYS_PREFIX/bin/nsys" ] && "$NSYS_PREFIX/bin/nsys" --version
 if command -v chromium >/dev/null 2>&1; then echo "$(chromium --version 2>/dev/null | head -1)"; fi

@@ -62,6 +62,15 @@ def gpu_problem() -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=1)
+def nsys_problem() -> str | None:
+    from kernellab.nsight import nsys, tools
+    found = tools.find("nsys")
+    if found is None:
+        return "needs Nsight Systems (`sudo make test-tools` unpacks Debian's under /opt/nvidia/nsight-systems)"
+    return nsys.importer_works(found)
+
+
 def _require(marker: str, problem: str | None, variable: str) -> None:
     if problem is None:
         return
@@ -77,6 +86,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         _require("podman", podman_problem(), "KERNELLAB_REQUIRE_PODMAN")
     if item.get_closest_marker("gpu") is not None:
         _require("gpu", gpu_problem(), "KERNELLAB_REQUIRE_GPU")
+    if item.get_closest_marker("nsys") is not None:
+        _require("nsys", nsys_problem(), "KERNELLAB_REQUIRE_NSYS")
 
 
 @pytest.fixture(scope="session")

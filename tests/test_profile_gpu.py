@@ -93,3 +93,24 @@ def test_every_shipped_op_is_clean_under_every_tool(op: str) -> None:
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     for tool in ("memcheck", "racecheck", "initcheck", "synccheck"):
         assert f"{tool}: clean" in result.stdout
+
+
+@pytest.mark.parametrize("op", ["softmax", "softmax_triton"])
+def test_a_timeline_records_every_call_of_every_implementation_with_its_kernels(op: str, tmp_path: Path) -> None:
+    """nsys on the GPU: every implementation's calls captured (warm-up excluded), kernels attributed, a picture."""
+    if tools.find("nsys") is None:
+        pytest.fail("nsys is not installed here; the GPU machine has it inside Nsight Compute's folder")
+    result = kernellab("kernellab.nsight.op_timeline", "-k", op, "--calls", "4", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    folder = tmp_path / "timeline"
+    doc = json.loads((folder / "timeline.json").read_text())
+    spec = next(s for s in discover() if s.name == op)
+    assert set(doc["impls"]) == set(spec.candidates) | set(spec.baselines)
+    for impl, s in doc["impls"].items():
+        assert s["calls"] == 4 and s["kernels_per_call"] >= 1, impl
+        assert s["gpu_us_per_call"] > 0 and s["call_us"] >= s["gpu_us_per_call"] * 0.5, impl
+        assert sum(r["launches"] for r in s["kernels"]) == s["kernels_per_call"] * 4
+    assert (folder / doc["report"]).stat().st_size > 0
+    assert (folder / "timeline.png").read_bytes()[:4] == b"\x89PNG"
+    assert "| impl | kernels per call |" in (folder / "summary.md").read_text()
+    assert not (tmp_path / "timeline.partial").exists() and not list(folder.glob("*.sqlite"))
