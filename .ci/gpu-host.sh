@@ -3,6 +3,7 @@
 # bundle in .gpu-host/ (dockerbins.tar.xz and start-docker.sh, from the lab's GPU-host kit), install carried wheels (.whl/),
 # then exercise kernellab the way a user would. Logs go to $OUT (or ./gpu-host-logs).
 #   bash .ci/gpu-host.sh [doctor] [shell] [test] [native] [bench] [recipe-build] [recipe-run] [liger-run] [liger-bench]
+#                        [timeline] [recipe-profile]
 #   (default: the first five; recipe-build and recipe-run build and run the demo recipe, recipes/demo, whose
 #   sources are its own folders: its CUDA half runs here)
 set -uo pipefail
@@ -67,6 +68,26 @@ for step in $steps; do
               --out results/layernorm-vs-liger-h100 2>&1 | tee "$out/liger-bench.txt" | tail -n 30
             [ "${PIPESTATUS[0]}" = 0 ] || rc=1
             tar -C results -czf "$out/bench-liger.tgz" layernorm-vs-liger-h100 ;;
+    timeline)  # Nsight Systems: the host's nsys natively, the site image's in the container, Liger-Kernel beside ours
+            inv profile -k softmax --timeline --native --out results/h100-timeline/native 2>&1 | tee "$out/timeline-native.txt" | tail -n 20
+            [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+            inv build-image --target gpuhost > "$out/build.txt" 2>&1 || { rc=1; tail -n 20 "$out/build.txt"; }
+            inv profile -k softmax --timeline --target gpuhost --gpu-mode devices --out results/h100-timeline/container \
+              2>&1 | tee "$out/timeline-container.txt" | tail -n 20; [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+            inv recipe build liger --target gpuhost --wheelhouse .whl > "$out/liger-build.txt" 2>&1 || { rc=1; tail -n 20 "$out/liger-build.txt"; }
+            inv profile -k layernorm --timeline --against liger --target gpuhost --gpu-mode devices \
+              --out results/h100-timeline/layernorm-vs-liger 2>&1 | tee "$out/timeline-liger.txt" | tail -n 30
+            [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+            python3 -m pytest tests/test_profile_gpu.py -k timeline -q -p no:cacheprovider 2>&1 | tail -n 5 | tee "$out/timeline-tests.txt"
+            find results/h100-timeline -name '*.nsys-rep' -size +4M -delete   # the summaries and pictures come back
+            tar -C results -czf "$out/timeline.tgz" h100-timeline ;;
+    recipe-profile)  # where a reproduced paper's time goes: the demo's CUDA binary and Liger-Kernel's Triton kernels
+            inv recipe profile demo --target gpuhost --gpu-mode devices 2>&1 | tee "$out/recipe-profile-demo.txt" | tail -n 30
+            [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+            inv recipe profile liger --target gpuhost --gpu-mode devices 2>&1 | tee "$out/recipe-profile-liger.txt" | tail -n 30
+            [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+            tar -C results/recipes -czf "$out/recipe-profiles.tgz" --exclude='*.nsys-rep' --exclude='*.sqlite' \
+              demo/profiles liger/profiles 2>/dev/null ;;
     bench)  inv bench --target gpuhost --quick --out results/gpuhost-quick 2>&1 | tee "$out/bench.txt" | tail -n 60
             [ "${PIPESTATUS[0]}" = 0 ] || rc=1
             cp results/gpuhost-quick/summary.md "$out/bench-summary.md" 2>/dev/null ;;

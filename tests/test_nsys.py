@@ -66,6 +66,7 @@ def test_calls_of_an_implementation_are_the_call_ranges_inside_its_own() -> None
     assert s["calls"] == 2 and s["kernels_per_call"] == 1.5
     assert s["gpu_us_per_call"] == pytest.approx((40 + 20 + 90) / 2 / 1e3)
     assert s["copies_per_call"] == 0.5 and s["copy_bytes_per_call"] == 32
+    assert s["first_kernel_us"] == pytest.approx(((20 - 10) + (210 - 200)) / 2 / 1e3)  # call start to its first kernel
     assert mine.median_call() == 1                     # 90 ns of kernels against 60
     assert [k.name for k in timeline.calls_of(cap, "theirs").kernels[0]] == ["x"]
 

@@ -1,12 +1,12 @@
 """`invoke bench`: check and time kernels against their baselines, in the target's container."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from .. import jobs
-from ..errors import UsageError
+from ..errors import RecipeError, UsageError
+from ..ops.spec import compile_select
 from ..places import PLACE_HELP
-from . import against as against_
 from . import run_job, task
 
 
@@ -27,8 +27,40 @@ def bench(c: Any, k: str | None = None, quick: bool = False, compare: str | None
         raise UsageError("--compare and --out are for runs on this machine; a cluster run writes "
                          "results/<run>/ and `invoke bench --compare` works on it afterwards.")
     if against:
-        against_.run(c, against, lambda offer: jobs.bench(k, quick=quick, compare=compare, out=out, system=offer),
+        run_against(c, against, lambda offer: jobs.bench(k, quick=quick, compare=compare, out=out, system=offer),
                      k=k, native=native, target=target, image=image, gpu_mode=gpu_mode, gpu_index=gpu_index,
                      on=on or resume, verb="bench")
         return
     run_job(c, jobs.bench(k, quick=quick, compare=compare, out=out), locals())
+
+
+def run_against(c: Any, name: str, make_job: Callable[[str], jobs.Job], *, k: str | None, native: bool, target: str | None,
+        image: str | None, gpu_mode: str | None, gpu_index: str | None, on: Any, verb: str) -> None:
+    """`--against RECIPE` (bench, profile): the job `make_job(offer_json)` makes, run in recipe `name`'s own image
+    (built if missing, cached) or natively, the recipe's published system offered beside PyTorch's baselines."""
+    from ..bench.systems import Offer
+    from ..recipes import build as builds
+    from ..recipes import read
+    if on or image:
+        raise UsageError(f"--against runs the {verb} in recipe {name}'s own image, here; "
+                         f"drop --{'image' if image else 'on'}.")
+    recipe = read.load(name)
+    if not recipe.baselines:
+        raise RecipeError(f"recipe {recipe.name} offers no baselines: a [baselines] table in {recipe.file} maps an op "
+                          f"of kernels/ to an adapter file of the recipe (docs/recipes.md).")
+    ops = [o for o in recipe.baselines if not k or compile_select(k)(o)]
+    if not ops:
+        raise RecipeError(f"recipe {recipe.name} offers baselines for {', '.join(recipe.baselines)}, which -k {k!r} "
+                          f"does not select.")
+    # Repository paths (what a container sees at /workspace); --native may also name a recipe elsewhere.
+    where: Any = (lambda p: str(p.resolve())) if native else (lambda p: jobs.in_repository(p.resolve()))
+    offer = Offer(recipe.name, where(recipe.folder), {op: where(path) for op, path in recipe.baselines.items()},
+                  tuple(p.name for p in recipe.packages), recipe.paper.title)
+    job = make_job(offer.to_json())
+    if native:
+        run_job(c, job, {"native": True, "gpu_index": gpu_index})
+        return
+    built = builds.build(recipe, target=target)
+    print(f"image {built.tags[0]} ({'unchanged' if built.cached else 'built'}): {recipe.name}'s system "
+          f"({', '.join(p.requirement for p in recipe.packages) or 'its sources'}) beside PyTorch's baselines")
+    run_job(c, job, {"image": built.image_id, "gpu_mode": gpu_mode, "gpu_index": gpu_index})

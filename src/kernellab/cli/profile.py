@@ -3,7 +3,7 @@ container (the image's tools, else the host's Nsight Compute mounted read-only) 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .. import jobs
 from ..errors import UsageError
@@ -11,8 +11,8 @@ from ..nsight.ncu import SETS
 from ..nsight.sanitize import TOOLS
 from ..ops.spec import KERNELS, find_op
 from ..places import PLACE_HELP
-from . import against as against_
 from . import run_job, task
+from .bench import run_against
 
 _OP = "its name, or an expression matching one op (like pytest -k)"
 _KERNELS = "another kernels folder (for a container: one inside the repository)"
@@ -23,6 +23,17 @@ def _one_op(k: str | None, kernels: str | None, task_name: str) -> str:
     if not k:
         raise UsageError(f"name the op: `invoke {task_name} -k OP`.")
     return find_op(Path(kernels).resolve() if kernels else KERNELS, k).name
+
+
+def _positive(flag: str, value: Any, kind: Callable[[str], Any]) -> Any:
+    """A flag's value as a positive number (invoke hands it over as text)."""
+    try:
+        number = kind(str(value))
+    except ValueError:
+        number = None
+    if number is None or number <= 0:
+        raise UsageError(f"{flag} {value}: give a positive {'whole ' if kind is int else ''}number.")
+    return number
 
 
 @task(iterable=["impl"], help={
@@ -54,16 +65,16 @@ def profile(c: Any, k: str | None = None, shape: str | None = None, dtype: str |
                          "every kernel of each call.")
     if (calls is not None or seconds is not None) and not timeline:
         raise UsageError("--calls and --seconds are for --timeline.")
-    if calls is not None and calls < 1:
-        raise UsageError(f"--calls {calls}: give at least 1.")
+    n_calls = None if calls is None else _positive("--calls", calls, int)
+    limit = None if seconds is None else _positive("--seconds", seconds, float)
     op = _one_op(k, kernels, "profile")
 
     def make(system: str | None = None) -> jobs.Job:
         return jobs.profile(op, set=set, shape=shape, dtype=dtype, impl=impl, kernel=kernel, trace=trace,
-                            timeline=timeline, calls=calls, seconds=seconds, system=system, out=out, kernels=kernels)
+                            timeline=timeline, calls=n_calls, seconds=limit, system=system, out=out, kernels=kernels)
 
     if against:
-        against_.run(c, against, make, k=op, native=native, target=target, image=image, gpu_mode=gpu_mode,
+        run_against(c, against, make, k=op, native=native, target=target, image=image, gpu_mode=gpu_mode,
                      gpu_index=gpu_index, on=on or resume, verb="profile")
         return
     run_job(c, make(), locals())

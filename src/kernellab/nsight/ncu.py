@@ -51,11 +51,13 @@ BOUND_PCT = 60.0
 
 
 def ncu_argv(ncu: str | Path, report: Path, program: Sequence[str], *, set_name: str = "basic",
-             kernel: str | None = None) -> list[str]:
-    """ncu on `program`, profiling only the kernels in the NVTX range RANGE, into `report` (.ncu-rep)."""
+             kernel: str | None = None, nvtx: bool = True) -> list[str]:
+    """ncu on `program`, profiling only the kernels in the NVTX range RANGE, into `report` (.ncu-rep).
+    nvtx=False: no range filter (a paper's program has no kernellab range; `kernel` picks the kernels)."""
     if set_name not in SETS:
         raise ConfigError(f"unknown --set {set_name!r}; use one of {', '.join(SETS)}.")
-    argv = [str(ncu), "--nvtx", "--nvtx-include", f"{RANGE}/", "--clock-control", "base", "--cache-control", "all",
+    argv = [str(ncu), *(("--nvtx", "--nvtx-include", f"{RANGE}/") if nvtx else ()), "--clock-control", "base",
+            "--cache-control", "all",
             "--set", set_name, *(BASIC_EXTRA if set_name == "basic" else ()),
             "--export", str(report), "--force-overwrite"]
     if kernel:

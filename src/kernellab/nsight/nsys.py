@@ -60,7 +60,10 @@ def importer(nsys: Path) -> Path | None:
     if real.parent.name == "bin":          # a prefix's bin/nsys (a link, or kernellab's wrapper): the CLI beside it
         real = real.parent.parent / "target-linux-x64" / "nsys"
     here = real.parent
-    for candidate in (here / "QdstrmImporter", here.parent / "host-linux-x64" / "QdstrmImporter"):
+    # Beside the CLI, or in a sibling folder: host-linux-x64 (standalone installs, docker/nsight-systems.sh) or
+    # linux-desktop-glibc_*-x64 (the copy inside Nsight Compute's folder).
+    siblings = sorted(here.parent.glob("*/QdstrmImporter"), key=lambda p: p.parent.name != "host-linux-x64")
+    for candidate in (here / "QdstrmImporter", *siblings):
         if os.access(candidate, os.X_OK):
             return candidate
     return None

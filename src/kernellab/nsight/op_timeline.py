@@ -174,11 +174,15 @@ def markdown(doc: dict[str, Any]) -> str:
              f"each); {doc['calls']} calls per implementation, each after an L2 flush, the GPU synchronised after each. "
              f"Report: `{doc['report']}` (open it in Nsight Systems); picture: `timeline.png`."
              + (f" Capture limited to {doc['seconds_limit']:g} s." if doc.get("seconds_limit") else ""), "",
-             "| impl | kernels per call | GPU time per call | GPU idle between kernels | wall per call (launch to sync) "
-             "| copies per call |", "|---|---:|---:|---:|---:|---:|"]
+             "| impl | kernels per call | GPU time per call | GPU idle between kernels | call start to first kernel "
+             "| wall per call (to sync) | copies per call |", "|---|---:|---:|---:|---:|---:|---:|"]
     for impl, s in doc["impls"].items():
         lines.append(f"| {impl} ({s['role']}) | {s['kernels_per_call']:g} | {s['gpu_us_per_call']:,.1f} µs "
-                     f"| {s['idle_us_per_call']:,.1f} µs | {s['call_us']:,.1f} µs | {s['copies_per_call']:g} |")
+                     f"| {s['idle_us_per_call']:,.1f} µs | {s['first_kernel_us']:,.1f} µs | {s['call_us']:,.1f} µs "
+                     f"| {s['copies_per_call']:g} |")
+    lines += ["", "GPU idle between kernels: gaps inside a call between its first kernel's start and its last one's end "
+              "(what fusing or a CUDA graph would remove). Call start to first kernel: the host's time (Python, "
+              "dispatch, launch) before the GPU starts on the call. Medians over the calls."]
     for impl, s in doc["impls"].items():
         lines += ["", f"## {impl} ({s['role']})", "", *timeline.kernel_table(s["kernels"], per_call=True)]
     return "\n".join(lines) + "\n"

@@ -98,6 +98,9 @@ class Calls:
             "gpu_us_per_call": sum(k.ns for k in flat) / n / 1e3,
             "idle_us_per_call": statistics.median(idle_ns(ks) for ks in self.kernels) / 1e3 if self.kernels else 0.0,
             "call_us": statistics.median(c.ns for c in self.calls) / 1e3 if self.calls else 0.0,
+            "first_kernel_us": statistics.median(min(k.start for k in ks) - c.start
+                                                 for c, ks in zip(self.calls, self.kernels) if ks) / 1e3
+            if any(self.kernels) else 0.0,
             "copies_per_call": sum(len(c) for c in self.copies) / n,
             "copy_bytes_per_call": sum(c.bytes for cs in self.copies for c in cs) / n,
             "kernels": kernel_rows(flat, len(self.calls)),
