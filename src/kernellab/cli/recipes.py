@@ -1,4 +1,5 @@
-"""Tasks: `invoke recipes`, `invoke recipe check|build|run|shell|export NAME`: a paper's system built and judged on your GPU."""
+"""Tasks: `invoke recipes`, `invoke recipe check|build|run|profile|shell|export NAME`: a paper's system built and judged
+on your GPU, and where its time goes."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,7 +12,7 @@ from ..errors import RecipeError
 from . import ENGINE_HELP, GPU_MODE_HELP, task
 from .cluster import CLUSTER_HELP
 
-VERBS = ("list", "check", "build", "run", "shell", "export")
+VERBS = ("list", "check", "build", "run", "profile", "shell", "export")
 
 
 @task
@@ -23,13 +24,19 @@ def recipes(c: Context) -> None:
 
 
 @task(positional=["verb", "name"], optional_positional=["name"], help={
-    "verb": "list, check, build, run, shell or export",
+    "verb": "list, check, build, run, profile, shell or export",
     "name": "the recipe (a folder under recipes/, or a path to one)",
     "k": "run: only experiments whose name matches EXPR (like pytest -k: words, and, or, not)",
     "quick": "run: one repeat of each experiment's quick grid (a smoke test; claims may then be not run)",
     "stand_in": "run: read each input's generated stand-in, not its data (claims are then not judged)",
     "compare": "run: an earlier run folder (results/recipes/NAME/RUN), printed side by side with this one",
-    "out": "run: where runs are recorded (default results/recipes: a run is OUT/NAME/<date>-<time>-<gpu>/)",
+    "out": "run, profile: where runs are recorded (default results/recipes: a run is OUT/NAME/<date>-<time>-<gpu>/, "
+           "a profile OUT/NAME/profiles/<date>-<time>-<case>/)",
+    "experiment": "profile: the experiment (default: the recipe's first)",
+    "case": "profile: the grid point, as k=v[,k=v] (e.g. n=4096; default: the experiment's first)",
+    "tool": "profile: nsys (a timeline, the default) or ncu (the timeline, then Nsight Compute on its top kernels)",
+    "kernel": "profile --tool ncu: the kernels to profile, a regex over their names (default: the timeline's top 3)",
+    "seconds": "profile: the capture's time limit in seconds (default 600)",
     "step": "shell: the state before step N (the patched sources writable at /sources), to fix step N by hand",
     "target": "build in this target instead of the recipe's environment (checked against the recipe)",
     "wheelhouse": "build: the recipe's pip packages from this folder of wheels only",
@@ -45,8 +52,9 @@ def recipe(c: Context, verb: str, name: str | None = None, k: str | None = None,
            wheelhouse: str | None = None, no_cache: bool = False, locked: bool = False, update: bool = False, output: str = "bundles", chunk_size: str = "2G",
            gpu_mode: str | None = None, gpu_index: str | None = None, engine: str | None = None,
            on: str | None = None, gpus: str | None = None, profile: str | None = None, dry_run: bool = False,
-           resume: str | None = None, out: str | None = None) -> None:
-    """Paper recipes: `invoke recipe list`, `invoke recipe check|build|run|shell|export NAME` (docs/recipes.md)."""
+           resume: str | None = None, out: str | None = None, experiment: str | None = None, case: str | None = None,
+           tool: str = "nsys", kernel: str | None = None, seconds: float = 600.0) -> None:
+    """Paper recipes: `invoke recipe list`, `invoke recipe check|build|run|profile|shell|export NAME` (docs/recipes.md)."""
     from ..recipes import build as builds
     from ..recipes import read, record, verbs
 
@@ -92,6 +100,14 @@ def recipe(c: Context, verb: str, name: str | None = None, k: str | None = None,
         failed = [x for x in cases if x.problem]
         if failed:
             raise Exit(f"kernellab: {len(failed)} of {len(cases)} cases failed (their output: {folder}/raw).", code=1)
+    elif verb == "profile":
+        from ..recipes import profile as profiles
+
+        profiles.refuse_on(on)
+        folder = profiles.profile(name, experiment=experiment, case=case, tool=tool, kernel=kernel, target=target,
+                                  seconds=seconds, gpu_mode=gpu_choice(gpu_mode), gpu_index=gpu_index, results=results)
+        print((folder / "summary.md").read_text(), end="")
+        print(f"\nprofile: {folder}/ (summary.md, profile.json, timeline.png, the .nsys-rep for Nsight Systems' GUI)")
     elif verb == "shell":
         if step is not None and not str(step).isdigit():
             raise RecipeError(f"--step {step}: give a step number (1 is the first step).")

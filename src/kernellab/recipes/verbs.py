@@ -1,4 +1,5 @@
-"""What `invoke recipe ...` does: list, check, build, run, shell, export. The tasks call these and print."""
+"""What `invoke recipe ...` does: list, check, build, run, shell, export (profile: kernellab.recipes.profile). The
+tasks call these and print."""
 from __future__ import annotations
 
 import dataclasses
@@ -97,7 +98,7 @@ def run(name: str, *, target: str | None = None, k: str | None = None, quick: bo
     recipe = read.load(name)
     selected = experiments.select(recipe, k)
     eng = resolve_engine(engine).require()
-    chosen_gpus = _chosen_gpus(gpu_index)
+    chosen_gpus = chosen_gpus_of(gpu_index)
     # Before the build (which may take minutes): what this target can run, and whether this machine can.
     spec, _ = builds.resolve_target(recipe, target)
     chosen = experiments.runnable(selected, cuda=spec.cuda, target=spec.target, recipe=recipe, out=out)
@@ -136,11 +137,8 @@ def _record(recipe: model.Recipe, folder: Path, cases: list[experiments.Case], b
             eng: Engine, planned: int, absent: dict[str, str]) -> list[claims.Verdict]:
     verdicts = claims.judge(recipe, cases, gpu_name=(about["gpu"] or {}).get("name"),
                             stand_ins=inputs.stand_ins(recipe, ready), absent=absent)
-    labels = builds.verified_image(recipe, built.image)
-    facts = {"tag": built.tags[0], "base_lock_sha256": eng.labels(built.env.base_id).get("kernellab.lock-sha256"),
-             "recipe_manifest_sha256": labels.get("kernellab.recipe-manifest-sha256")}
     run = record.new(recipe, manifest=manifest.read(recipe.name, built.image_id, eng), image_id=built.image_id,
-                     image_facts=facts, machine=about, cases=cases, verdicts=verdicts, quick=quick, select=k, planned=planned,
+                     image_facts=image_facts(recipe, built, eng), machine=about, cases=cases, verdicts=verdicts, quick=quick, select=k, planned=planned,
                      stopped_early=len(cases) < planned, date=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                      argv=list(sys.argv), engine=eng.name, inputs={n: r.to_dict() for n, r in ready.items()},
                      packages=builds.wheels_in(recipe, built.image_id, eng) if recipe.packages else {})
@@ -148,7 +146,15 @@ def _record(recipe: model.Recipe, folder: Path, cases: list[experiments.Case], b
     return verdicts
 
 
-def _chosen_gpus(gpu_index: str | None) -> list[gpu.HostGpu]:
+def image_facts(recipe: model.Recipe, built: builds.Built, eng: Engine) -> dict[str, Any]:
+    """What only this machine knows of a recipe's image (its tag, its target's lock, its manifest's hash), for a
+    record's provenance (a run's, a profile's)."""
+    labels = builds.verified_image(recipe, built.image)
+    return {"tag": built.tags[0], "base_lock_sha256": eng.labels(built.env.base_id).get("kernellab.lock-sha256"),
+            "recipe_manifest_sha256": labels.get("kernellab.recipe-manifest-sha256")}
+
+
+def chosen_gpus_of(gpu_index: str | None) -> list[gpu.HostGpu]:
     """The GPUs a run's container gets, as kernellab.container.runner picks them (--gpu-index, Slurm's,
     CUDA_VISIBLE_DEVICES); the first of all of them without a selection."""
     host = gpu.host_gpus()

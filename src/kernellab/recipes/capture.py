@@ -1,0 +1,116 @@
+"""What `invoke recipe profile` runs inside the recipe's image (a job of its own, as a case is one):
+
+    python -m kernellab.recipes.capture --cwd CWD --command CMD --stem STEM [--seconds S] [--cuda X.Y]
+                                        [--nsys PATH] [--tool ncu --kernel REGEX ... [--ncu PATH]]
+
+With nsys (the default): find it (--nsys, else the image's own, else the host's mounted read-only), refuse before
+capturing in one sentence (no nsys, its report importer does not start, it is older than the image's CUDA), capture
+the case's bash command (kernellab.nsight.nsys.capture: a scrubbed environment, CPU sampling off, --seconds the
+limit; CUDA and NVTX traced, or NVTX and OS runtime calls where the image has no CUDA) and export it to SQLite.
+With --tool ncu: Nsight Compute on the kernels each --kernel names (no NVTX filter), exported as CSV. Everything goes
+to $KERNELLAB_OUT, with `inside.json`: what ran, or the problem. Standard library and kernellab's nsight modules only.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from .. import proc
+from ..errors import KernellabError, ProfileError
+from ..nsight import ncu, nsys, tools
+
+SECONDS = 600.0             # the capture's default time limit
+LAUNCHES = 3                # Nsight Compute's launches of each --kernel pattern
+STATUS, OUTPUT = "inside.json", "output.txt"
+TOOLS = ("nsys", "ncu")
+
+
+def preflight(exe: Path | None, cuda: str | None) -> str | None:
+    """Why no capture can be made with this nsys for a program of this CUDA, in one sentence; None when it can."""
+    if exe is None:
+        return ("Nsight Systems (nsys) is neither in the recipe's image nor installed here: install it on this "
+                "machine (`bash docker/nsight-systems.sh VERSION PREFIX`, docs/profile.md) or set KERNELLAB_NSYS.")
+    found = nsys.version(exe)
+    if found is None:
+        return f"nsys at {exe} does not start (`{exe} --version` fails); reinstall Nsight Systems."
+    return nsys.importer_works(exe) or nsys.too_old(found, cuda)
+
+
+
+def program(cwd: str, command: str, folder: str) -> list[str]:
+    """The case as the recipe runs it (bash -eo pipefail in /src/<cwd>), its output to folder/OUTPUT and its exit
+    code to folder/exit-code (none there: stopped at the time limit)."""
+    return ["bash", "-eo", "pipefail", "-c", f"trap 'echo $? > {folder}/exit-code' EXIT\nexec > {folder}/{OUTPUT} "
+            f"2>&1\ncd /src/{cwd}\n{command}"]
+
+
+def inside(a: argparse.Namespace) -> dict[str, Any]:
+    """What the job in the image does: checks, the capture (or ncu's runs) into $KERNELLAB_OUT; its status."""
+    folder = Path(os.environ.get("KERNELLAB_OUT") or ".")
+    case = program(a.cwd, a.command, str(folder))
+    if a.tool == "ncu":
+        exe = Path(a.ncu) if a.ncu else tools.find("ncu")
+        if exe is None:
+            return {"problem": "Nsight Compute (ncu) is neither in the recipe's image nor installed here: install it "
+                               "(docs/profile.md) or set KERNELLAB_NCU."}
+        files = []
+        for i, pattern in enumerate(a.kernel, 1):
+            rep = folder / f"ncu-{i}.ncu-rep"
+            # at most LAUNCHES launches of each pattern (options before the program are ncu's)
+            r = proc.run(ncu.ncu_argv(exe, rep, ["--launch-count", str(LAUNCHES), *case], kernel=pattern, nvtx=False),
+                         check=False)
+            if r.returncode != 0 or not rep.exists():
+                return {"problem": ncu.explain_failure(r.stdout + r.stderr, r.returncode, exe)}
+            csv = proc.run(ncu.import_argv(exe, rep), check=False)
+            (folder / f"ncu-{i}.csv").write_text(csv.stdout)
+            files.append(f"ncu-{i}.csv")
+        return {"version": ncu.ncu_version(exe), "csv": files}
+    exe = Path(a.nsys) if a.nsys else tools.find("nsys")
+    problem = preflight(exe, a.cuda)
+    if problem or exe is None:
+        return {"problem": problem}
+    trace = list(nsys.TRACE if a.cuda else ("nvtx", "osrt"))
+    try:
+        rep = nsys.capture(exe, folder / f"{a.stem}.nsys-rep", case, trace=trace, seconds=a.seconds)
+    except ProfileError as e:
+        return {"problem": str(e)}
+    code_file = folder / "exit-code"
+    code = int(code_file.read_text()) if code_file.is_file() else None
+    code_file.unlink(missing_ok=True)
+    if code:
+        output = (folder / OUTPUT).read_text(errors="replace").strip().splitlines() if (folder / OUTPUT).is_file() else []
+        return {"problem": f"the case failed under nsys (exit code {code})" + (f": {output[-1]}" if output else "")
+                + f"; its output: {OUTPUT}."}
+    nsys.export(exe, rep)
+    return {"version": nsys.version(exe), "path": str(exe), "trace": trace, "exit_code": code, "report": rep.name}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m kernellab.recipes.capture", description=__doc__.splitlines()[0])
+    p.add_argument("--cwd", default=".")
+    p.add_argument("--command", required=True)
+    p.add_argument("--stem", default="profile")
+    p.add_argument("--seconds", type=float, default=SECONDS)
+    p.add_argument("--cuda", help="the image's CUDA (checked against the nsys's)")
+    p.add_argument("--tool", choices=TOOLS, default="nsys")
+    p.add_argument("--kernel", action="append", default=[])
+    p.add_argument("--nsys")
+    p.add_argument("--ncu")
+    a = p.parse_args(argv)
+    try:
+        status = inside(a)
+    except KernellabError as e:
+        status = {"problem": str(e)}
+    Path(os.environ.get("KERNELLAB_OUT") or ".", STATUS).write_text(json.dumps(status, indent=1) + "\n")
+    if status.get("problem"):
+        print(f"kernellab: {status['problem']}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

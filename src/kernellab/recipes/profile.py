@@ -1,0 +1,292 @@
+"""`invoke recipe profile NAME`: where a paper's time goes, for one case of one experiment, run as the recipe runs
+it (the same command, cwd and values, in the recipe's image, the GPU attached when the target has CUDA) under
+Nsight Systems, and with `--tool ncu` Nsight Compute's counters of the kernels the timeline ranks first.
+
+The capture runs inside the container as a job of its own (kernellab.recipes.capture: it finds nsys, the image's
+or the host's mounted read-only, refuses in one sentence before capturing, captures the case's bash command with a
+scrubbed environment and exports the SQLite). This side chooses the case, builds the image (cached), reads the
+export back and writes the folder, `results/recipes/<name>/profiles/<date>-<time>-<case>/`: summary.md,
+profile.json, timeline.png, the .nsys-rep and the case's output; made as `<folder>.partial` and renamed at the end.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shutil
+import sqlite3
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import IO, Any
+
+from .. import jobs, proc
+from ..engine import Engine, resolve_engine
+from ..errors import ClusterUsageError, ProfileError, RecipeError
+from ..nsight import ncu, nsys, timeline, tools
+from ..places import Container, Place
+from . import build as builds
+from . import checks, experiments, inputs, manifest, model, read, record, verbs
+from .capture import OUTPUT, SECONDS, STATUS, TOOLS
+
+TOP = 3                     # kernels Nsight Compute profiles when --kernel names none
+LOG = "profile.log"         # what the job in the image printed
+
+
+def choose_case(recipe: model.Recipe, experiment: str | None, case: str | None) -> tuple[model.Experiment, dict[str, Any]]:
+    """The experiment (default: the first) and its grid point that `--case k=v,k=v` names (default: the first)."""
+    exp = recipe.experiment(experiment) if experiment else recipe.experiments[0]
+    points = exp.cases()
+    shown = [" ".join(f"{k}={v}" for k, v in p.items()) or "(one case)" for p in points]
+    if not case:
+        return exp, points[0]
+    wanted = dict(part.strip().split("=", 1) for part in re.split(r"[,\s]+", case.strip()) if "=" in part)
+    if wanted and not wanted.keys() - points[0].keys():
+        found = [p for p in points if all(str(p[k]) == v.strip() for k, v in wanted.items())]
+        if found:
+            return exp, found[0]
+    raise RecipeError(f"--case {case!r} is no case of {recipe.name}'s experiment {exp.name}; its cases: "
+                      f"{', '.join(shown)}.")
+
+
+def profile(name: str, *, experiment: str | None = None, case: str | None = None, tool: str = "nsys",
+            kernel: str | None = None, target: str | None = None, seconds: float = SECONDS,
+            gpu_mode: bool | str = True, gpu_index: str | None = None, results: Path = record.RESULTS,
+            engine: Engine | None = None, place: Place | None = None, out: IO[str] = sys.stdout) -> Path:
+    """Capture one case under nsys (and ncu with tool="ncu"); return the finished folder."""
+    if tool not in TOOLS:
+        raise RecipeError(f"--tool {tool}: use nsys (a timeline) or ncu (the timeline, then the counters of its top "
+                          "kernels).")
+    if kernel and tool != "ncu":
+        raise RecipeError("--kernel picks the kernels Nsight Compute profiles; add --tool ncu.")
+    if kernel:
+        ncu.check_regex(kernel)
+    if not seconds or seconds <= 0:
+        raise RecipeError(f"--seconds {seconds}: give the capture's time limit in seconds (default {SECONDS:g}).")
+    recipe = read.load(name)
+    exp, params = choose_case(recipe, experiment, case)
+    spec, _ = builds.resolve_target(recipe, target)
+    if exp.needs_cuda and not spec.cuda:
+        raise RecipeError(f"{exp.name} needs CUDA, and target {spec.target} has none; profile it with --target of a "
+                          "CUDA target.")
+    checks.check_gpu_mode(recipe, spec, gpu_mode)
+    gpus = verbs.chosen_gpus_of(gpu_index)
+    with_gpu = bool(spec.cuda) and gpu_mode is not False and bool(gpus)
+    if tool == "ncu":
+        _check_ncu(spec.target, with_gpu)
+    inside_nsys = _host_override("nsys")
+    eng = resolve_engine(engine).require()
+    built = builds.build(recipe, target=target, engine=eng, out=out)
+    place = place or Container(built.image, gpu_mode, gpu_index, eng)
+    ready = inputs.prepare_all(recipe, inputs.needed([exp]), place=place, out=out)
+    command = model.substitute(exp.run, {**built.env.values, **params})
+    key = experiments.slug(exp.name, params)
+    partial, final = _folders(results / recipe.name / "profiles", key)
+    stem = key
+    argv = ["python", "-m", "kernellab.recipes.capture", "--cwd", exp.cwd, "--command", command,
+            "--stem", stem, "--seconds", f"{seconds:g}", *(["--cuda", spec.cuda] if spec.cuda else []),
+            *(["--nsys", inside_nsys] if inside_nsys else [])]
+    job = jobs.Job("recipe-profile", tuple(argv), gpu=with_gpu, tools=("nsys",), scratch=partial,
+                   output=partial / LOG, timeout=seconds + 300, mounts=inputs.mounts(ready, exp))
+    try:
+        out.write(f"profile: {recipe.name} {key} under nsys, at most {seconds:g} s ...\n")
+        out.flush()
+        status = _inside(place, job, partial)
+        capture = nsys.read(partial / f"{stem}.sqlite")
+        lenient = recipe.requirements.cpu and not exp.needs_cuda   # a CPU experiment of a recipe that runs on CPU
+        if with_gpu and not capture.kernels and not lenient:
+            raise ProfileError(f"nsys {status['version']} recorded no kernel at all while {key} ran on the GPU: "
+                               + nsys.lost_kernels_hint(status["version"], spec.cuda))
+        counters = _counters(place, job, partial, capture, kernel) if tool == "ncu" else None
+        about = record.machine(gpus[0] if with_gpu else None)
+        made = record.new(recipe, manifest=manifest.read(recipe.name, built.image_id, eng), image_id=built.image_id,
+                          image_facts=verbs.image_facts(recipe, built, eng), machine=about, cases=[], verdicts=[])
+        doc = {"format": "kernellab-recipe-profile/1", "experiment": exp.name, "case": params, "command": command,
+               "cwd": exp.cwd, "target": spec.target, "cuda": spec.cuda, "with_gpu": with_gpu, "seconds_limit": seconds,
+               "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "argv": list(sys.argv), "tool": tool,
+               "nsys": {k: status[k] for k in ("version", "path", "trace", "exit_code", "report")} | {
+                   "schema": capture.schema}, "kernels": len(capture.kernels), "ranges": len(capture.ranges),
+               "ncu": counters, **{k: v for k, v in made.to_dict().items()
+                                   if k in ("recipe", "paper", "image", "machine", "sources", "patches", "values")}}
+        _write(partial, doc, capture, *_os_side(partial / f"{stem}.sqlite"))
+        (partial / f"{stem}.sqlite").unlink(missing_ok=True)  # the report holds it all; `nsys export` remakes it
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    partial.rename(final)
+    return final
+
+
+def refuse_on(on: str | None) -> None:
+    """`recipe profile --on`: not on a cluster (see docs/recipes.md)."""
+    if on:
+        raise ClusterUsageError("`invoke recipe profile` captures here, in the recipe's image on this machine's GPU; a "
+                                "cluster task cannot bring its capture back yet: run it on a GPU node itself.")
+
+
+def _check_ncu(target: str | None, with_gpu: bool) -> None:
+    if not with_gpu:
+        raise ProfileError(f"Nsight Compute reads a GPU's counters, and this case runs without one (target {target} "
+                           "has no CUDA, no GPU is here, or --gpu-mode none); use --tool nsys, or a CUDA target on a "
+                           "GPU machine.")
+    if tools.counters_restricted(tools.read_params()) and os.geteuid() != 0:
+        raise ProfileError(tools.COUNTERS_REMEDY)
+    _host_override("ncu")
+
+
+def _host_override(name: str) -> str | None:
+    """The container path of the tool KERNELLAB_NSYS (KERNELLAB_NCU) names on this machine, mounted read-only; None
+    when none is named (the image's own is used, else this machine's, mounted)."""
+    tool = tools.TOOLS[name]
+    if not os.environ.get(tool.override, "").strip():
+        return None
+    exe = tools.find(name)
+    if exe is None:
+        raise ProfileError(f"{tool.override}={os.environ[tool.override]} is not an executable {name}; point it at "
+                           f"one, or unset it.")
+    return f"{tool.mount}/{exe.resolve().relative_to(tools.install_folder(exe)).as_posix()}"
+
+
+def _folders(root: Path, key: str) -> tuple[Path, Path]:
+    """<root>/<date>-<time>-<key>.partial and its final name, the next free one (-2, -3 after runs of one second)."""
+    root.mkdir(parents=True, exist_ok=True)
+    name, n = f"{time.strftime('%Y%m%d-%H%M%S')}-{key}", 1
+    while True:
+        final = root / (name if n == 1 else f"{name}-{n}")
+        partial = final.with_name(final.name + ".partial")
+        if not final.exists():
+            try:
+                partial.mkdir()
+                return partial, final
+            except FileExistsError:
+                pass
+        n += 1
+
+
+def _inside(place: Place, job: jobs.Job, partial: Path) -> dict[str, Any]:
+    """Run the inside job; its status, or ProfileError with its one sentence."""
+    code = place.run(job)
+    status_file = partial / STATUS
+    if not status_file.is_file():
+        log = (partial / LOG).read_text(errors="replace") if (partial / LOG).is_file() else ""
+        last = [line for line in log.splitlines() if line.strip()][-1:]
+        why = f"timed out after {job.timeout:g} s" if code == proc.TIMED_OUT else f"exited with code {code}"
+        raise ProfileError(f"the profiling job in the recipe's image {why}{': ' + last[0] if last else ''}.")
+    status: dict[str, Any] = json.loads(status_file.read_text())
+    status_file.unlink()
+    if status.get("problem"):
+        raise ProfileError(status["problem"])
+    return status
+
+
+def _counters(place: Place, job: jobs.Job, partial: Path, capture: nsys.Capture, kernel: str | None) -> dict[str, Any]:
+    """Nsight Compute on the named kernels (or the timeline's top TOP), one ncu run per pattern, in the image."""
+    names = [r["kernel"] for r in timeline.kernel_rows(capture.kernels)[:TOP]]
+    if not kernel and not names:
+        raise ProfileError("the timeline recorded no kernel for Nsight Compute to profile; name some with --kernel.")
+    patterns = [kernel] if kernel else [re.escape(n) for n in names]
+    argv = [*job.argv, "--tool", "ncu", *[a for p in patterns for a in ("--kernel", p)],
+            *(["--ncu", x] if (x := _host_override("ncu")) else [])]
+    status = _inside(place, dataclasses.replace(job, argv=tuple(argv), tools=("ncu",)), partial)
+    rows = [ncu.summarize(r) for f in status["csv"] for r in ncu.parse_raw_csv((partial / f).read_text())]
+    return {"version": status["version"], "patterns": patterns, "kernels": rows}
+
+
+# --------------------------------------------------------------------------- what the capture says
+
+
+def _os_side(db: Path) -> tuple[list[dict[str, Any]], list[nsys.Range]]:
+    """From nsys's osrt trace: one row per OS runtime call name (calls above its threshold), most time first; and
+    for the picture, the case's span (from nsys's OS-runtime start and finish markers) above the calls."""
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        if not con.execute("SELECT 1 FROM sqlite_master WHERE name='OSRT_API'").fetchone():
+            return [], []
+        calls = list(con.execute("SELECT s.value, o.start, o.end, o.globalTid FROM OSRT_API o JOIN StringIds s ON "
+                                 "s.id = o.nameId"))
+    finally:
+        con.close()
+    marks = [start for _, start, end, _ in calls if end == start]   # nsys's own markers: no duration
+    found: dict[str, list[int]] = defaultdict(list)
+    spans = [nsys.Range("the case", min(marks), max(marks), None, "osrt")] if len(marks) > 1 else []
+    for name, start, end, thread in calls:
+        if end > start:
+            found[name].append(end - start)
+            spans.append(nsys.Range(name, start, end, thread, "osrt"))
+    rows = [{"call": n, "calls": len(v), "total_ns": sum(v), "max_ns": max(v)} for n, v in found.items()]
+    return sorted(rows, key=lambda r: -r["total_ns"]), spans
+
+
+def _write(folder: Path, doc: dict[str, Any], capture: nsys.Capture, osrt: list[dict[str, Any]],
+           spans: list[nsys.Range]) -> None:
+    """profile.json, timeline.png (one lane: the NVTX ranges, else the case's span and its OS calls, above the
+    kernels) and summary.md; an empty log of the job goes."""
+    if spans:
+        doc["case_seconds"] = round(spans[0].ns / 1e9, 3) if spans[0].name == "the case" else None
+    (folder / "profile.json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
+    ranges = capture.ranges or spans
+    starts = [k.start for k in capture.kernels] + [r.start for r in ranges]
+    what = "NVTX ranges" if capture.ranges else "the case and its OS runtime calls"
+    timeline.picture(folder / "timeline.png", [timeline.Lane(f"the whole capture: {len(capture.kernels)} kernels, "
+                     f"{what} above", ranges, capture.kernels, min(starts, default=0))],
+                     f"{doc['recipe']}: {doc['experiment']} {_shown(doc['case'])}")
+    (folder / "summary.md").write_text(markdown(doc, capture, osrt, folder))
+    if (folder / LOG).is_file() and not (folder / LOG).stat().st_size:
+        (folder / LOG).unlink()
+
+
+def _shown(params: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in params.items()) or "(its one case)"
+
+
+def markdown(doc: dict[str, Any], capture: nsys.Capture, osrt: list[dict[str, Any]], folder: Path) -> str:
+    ns, image, gpu = doc["nsys"], doc["image"], (doc["machine"].get("gpu") or {}).get("name")
+    ended = ("stopped at the time limit" if ns["exit_code"] is None else f"the case exited with code {ns['exit_code']}"
+             + (f" after {doc['case_seconds']:g} s" if doc.get("case_seconds") else ""))
+    lines = [f"# Profile: {doc['recipe']}, {doc['experiment']} {_shown(doc['case'])}", "",
+             f"- image: `{image.get('tag')}` (`{str(image.get('id'))[:19]}`, target {doc['target']}, CUDA "
+             f"{doc['cuda'] or 'none'}), {'GPU ' + gpu + ' (driver ' + str(doc['machine'].get('driver')) + ')' if gpu else 'no GPU'}",
+             f"- Nsight Systems {ns['version']} (export schema {ns['schema']}), traced: {', '.join(ns['trace'])}; CPU "
+             f"sampling off; capture limited to {doc['seconds_limit']:g} s ({ended})",
+             f"- report: `{ns['report']}` (open it in Nsight Systems); picture: `timeline.png`; the case's output: "
+             f"`{OUTPUT}`", "", f"The case, in `{'/src' if doc['cwd'] == '.' else '/src/' + doc['cwd']}`:", "", "```sh", doc["command"], "```", "",
+             "## Top kernels by GPU time", ""]
+    rows = timeline.kernel_rows(capture.kernels)
+    lines += timeline.kernel_table(rows) if rows else [
+        "None: " + ("CUDA was not traced (a CPU case)." if "cuda" not in ns["trace"] else
+                    "this CPU experiment launched no kernel.")]
+    lines += ["", "## NVTX ranges", ""]
+    lines += timeline.nvtx_table(timeline.nvtx_rows(capture)) if capture.ranges else [
+        "None: the program marks no NVTX ranges."]
+    if "osrt" in ns["trace"]:
+        lines += ["", "## OS runtime calls", ""]
+        lines += (["| call | calls | time | longest |", "|---|---:|---:|---:|"] +
+                  [f"| `{r['call']}` | {r['calls']} | {timeline.us(r['total_ns'])} | {timeline.us(r['max_ns'])} |"
+                   for r in osrt[:15]]) if osrt else ["None above nsys's threshold: the program spent its time "
+                                                      "computing, not waiting on the OS."]
+    if doc.get("ncu"):
+        lines += ["", "## Nsight Compute", "", *_ncu_table(doc["ncu"])]
+    output = (folder / OUTPUT).read_text(errors="replace") if (folder / OUTPUT).is_file() else ""
+    lines += ["", "## The case's output (last lines)", "", "```",
+              *(output.rstrip().splitlines()[-15:] or ["(no output)"]), "```"]
+    return "\n".join(lines) + "\n"
+
+
+def _ncu_table(counters: dict[str, Any]) -> list[str]:
+    def f(v: float | None, spec: str = ".1f") -> str:
+        return "–" if v is None else f"{v:{spec}}"
+
+    lines = [f"Nsight Compute {counters['version'] or '?'}, `--set basic`, clocks locked to base, caches flushed before "
+             f"each kernel; kernels matching {', '.join(f'`{p}`' for p in counters['patterns'])}.", "",
+             "| kernel | time | DRAM % | L2 % | SM % | DRAM GB/s | occupancy (achieved / theoretical) | regs | smem "
+             "| limiter | top stalls |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+    for k in counters["kernels"]:
+        stalls = ", ".join(f"{s['reason']} {s['cycles_per_issue']:.1f}" for s in k["stalls"]) or "–"
+        time_us = None if k["duration_ns"] is None else k["duration_ns"] / 1e3
+        lines.append(f"| `{timeline.short(k['kernel'], 48)}` | {f(time_us)} µs | {f(k['dram_pct'])} | {f(k['l2_pct'])} "
+                     f"| {f(k['sm_pct'])} | {f(k['dram_gbps'], '.0f')} | {f(k['occupancy_achieved_pct'])} / "
+                     f"{f(k['occupancy_theoretical_pct'])} % | {f(k['registers'], '.0f')} | "
+                     f"{f(k['shared_bytes'], '.0f')} B | {k['limiter']} | {stalls} |")
+    return lines
