@@ -3,7 +3,8 @@ from its lock, and CUDA 12.4 from Debian's archive compiling every CUDA op for s
 
 Tier `full` (`make test-all`): every test here builds an image from scratch on purpose: the base made twice
 (same ID), the cpu target rebuilt without cache (same packages, same op libraries), cu124-debian (about 11 GB:
-its CUDA compiles the ops). The paper-era targets (cu118-debian, cu112-debian11) are tests/test_paper_era_docker.py's.
+its CUDA compiles the ops; its nsys is Debian's 2023.4.4). The paper-era targets (cu118-debian, cu112-debian11) are
+tests/test_paper_era_docker.py's.
 
 Locks go to temporary folders, never into docker/locks/. The cu124-debian image is large (Debian's
 toolkit, PyTorch 2.6.0 with its CUDA 12.4 wheels); it is built once per session.
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from kernellab import engine
+from kernellab import engine, proc
 from kernellab.container import runner
 from kernellab.image import builder, contents, locks, network
 from kernellab.image.kinds import debootstrap_cpu
@@ -130,6 +131,16 @@ def test_cuda_12_4_from_debian_compiles_every_cuda_op_for_sm80_and_sm90(cu124_de
         assert r["sass_sha256"], op.name
     ptxas = list((tmp_path / "cache" / "torch_extensions").glob("kernellab_*/build.log"))
     assert ptxas and any("for 'sm_90'" in p.read_text() for p in ptxas), "ptxas reports are kept in the build logs"
+
+
+def test_cu124_debian_carries_debians_nsys_beside_its_report_importer(cu124_debian):
+    image, home = cu124_debian.tags[0], "/opt/nvidia/nsight-systems/2023.4.4"
+    assert cu124_debian.spec.nsys_home == home and DOCKER.labels(image).get("kernellab.nsys") == cu124_debian.spec.nsys
+    version = proc.run(DOCKER.probe_argv(image, ["--version"], entrypoint="nsys"), check=False)
+    assert version.ok and "2023.4.4" in version.stdout, version.stdout + version.stderr
+    importer = proc.run(DOCKER.probe_argv(image, ["-x", f"{home}/host-linux-x64/QdstrmImporter"], entrypoint="test"),
+                        check=False)
+    assert importer.ok, "QdstrmImporter sits beside the CLI: nsys profile writes a report, not only a .qdstrm"
 
 
 def test_a_candidate_that_requires_sm90a_gets_sm90a_code_instead_of_sm90(cu124_debian, tmp_path, monkeypatch):

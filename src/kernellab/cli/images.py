@@ -96,7 +96,7 @@ def write_rendered(check: bool = False) -> list[str]:
         dest = render.RENDERED_DIR / name
         with tempfile.TemporaryDirectory() as tmp:
             render.write_context(spec, matrix, Path(tmp))
-            for rel in ("Dockerfile", "kernellab/spec.json", "certs/README"):
+            for rel in render.context_files(spec):
                 new = (Path(tmp) / rel).read_text()
                 old = (dest / rel).read_text() if (dest / rel).exists() else None
                 if new != old:

@@ -48,10 +48,16 @@ def public_torch_index(spec: Spec, matrix: Matrix) -> str | None:
     return torch_index.public_url(spec, matrix)
 
 
+def context_files(spec: Spec) -> tuple[str, ...]:
+    """The files of a build context that a rendered folder keeps (docker/rendered/NAME/): what the kind adds too."""
+    return ("Dockerfile", "kernellab/spec.json", "certs/README", *kinds.get(spec.kind).context_files(spec))
+
+
 def write_context(spec: Spec, matrix: Matrix, folder: Path, *, locked: bool = False,
                   base_digest: str | None = None, certs: tuple[Path, ...] = (),
                   requirements: str | None = None, apt_pins: list[str] | None = None) -> Path:
-    """Write Dockerfile, kernellab/spec.json, certs/ (and lock/requirements.txt) into folder."""
+    """Write Dockerfile, kernellab/spec.json, certs/, what the kind's template reads (docker/nsight-systems.sh for a
+    cuda-debian image with nsys) and lock/requirements.txt into folder."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "Dockerfile").write_text(dockerfile(spec, matrix, locked=locked, base_digest=base_digest,
                                                   apt_pins=apt_pins))
@@ -61,6 +67,8 @@ def write_context(spec: Spec, matrix: Matrix, folder: Path, *, locked: bool = Fa
     (folder / "certs" / "README").write_text(CERTS_README)
     for i, cert in enumerate(certs):
         shutil.copyfile(cert, folder / "certs" / f"{i:02d}-{cert.stem}.crt")
+    for name, source in kinds.get(spec.kind).context_files(spec).items():
+        shutil.copyfile(source, folder / name)
     if requirements is not None:
         (folder / "lock").mkdir(exist_ok=True)
         (folder / "lock" / "requirements.txt").write_text(requirements)

@@ -42,6 +42,7 @@ def resolve(
     base_facts: BaseFacts | None = None,
     torch_index: str | None = None,
     as_of: str | None = None,
+    nsys: bool | None = None,
 ) -> Spec:
     """Complete a request with the newest compatible choices, or raise ResolveError.
 
@@ -66,6 +67,7 @@ def resolve(
         os=("ubuntu" + ubuntu if ubuntu else os) or t.os, toolkit=toolkit or t.toolkit,
         base=base_image or t.base, base_facts=base_facts, pip=t.pip, apt=t.apt, with_extras=t.extras,
         description=t.description, as_of=as_of_date(as_of, "--as-of") if as_of else t.as_of,
+        nsys=t.nsys if nsys is None else nsys,
     )
     kind = kinds.for_request(req)
     try:
@@ -75,7 +77,23 @@ def resolve(
     if spec.as_of and matrix.pip_as_of_python and vkey(spec.python) < vkey(matrix.pip_as_of_python):
         raise ResolveError(f"as_of {spec.as_of} needs Python {matrix.pip_as_of_python} or newer ({matrix.pip_as_of} "
                            f"resolves as of a date), not {spec.python}; pin the packages instead, or use a newer Python.")
+    spec = with_nsys(matrix, kind, req, spec)
     return dataclasses.replace(spec, tag_parts=tuple(kind.tag_parts(spec)))
+
+
+def with_nsys(matrix: Matrix, kind: kinds.Kind, req: kinds.Request, spec: Spec) -> Spec:
+    """The spec with its Nsight Systems: the kind's pin for its CUDA unless the request says `nsys = false`; a request
+    for one (`nsys = true`) where the kind or CUDA has none is refused, naming why."""
+    cuda = matrix.cuda.get(spec.cuda) if spec.cuda else None
+    version = kind.nsys(matrix, cuda) if cuda else None
+    if req.nsys is False or (version is None and req.nsys is None):
+        note = "none (nsys = false)" if req.nsys is False and cuda else kind.no_nsys(cuda) if cuda else "-"
+        return dataclasses.replace(spec, nsys=None, nsys_note=note)
+    if version is None:
+        why = kind.no_nsys(cuda) if cuda else "a CPU image has no GPU to trace"
+        raise ResolveError(f"a {kind.name} image of {f'CUDA {spec.cuda}' if spec.cuda else 'no CUDA'} carries no Nsight "
+                           f"Systems of its own ({why}); drop `nsys = true`.")
+    return dataclasses.replace(spec, nsys=version, nsys_note="")
 
 
 def refusal(matrix: Matrix, req: kinds.Request, why: UnfitError) -> ResolveError:

@@ -10,8 +10,10 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .nsys import home as _nsys_home
+
 #: Fields added after the first images were locked, and their defaults: a spec that keeps the default keeps its digest.
-_NEW_DEFAULTS = {"as_of": None, "llvm_role": "cuda"}
+_NEW_DEFAULTS = {"as_of": None, "llvm_role": "cuda", "nsys": None}
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,8 @@ class Spec:
     description: str = ""
     as_of: str | None = None       # "2023-01-31": pip packages not pinned resolve as of that day
     llvm_role: str = "cuda"        # "library": LLVM for llvm-config (dev packages), not clang for CUDA
+    nsys: str | None = None        # the image's Nsight Systems (matrix.toml's pin, e.g. "2023.4.4.54~12.4.1-2"); None: none
+    nsys_note: str = field(default="", compare=False)  # why there is none (the summary's words); not in the digest
     warnings: tuple[str, ...] = field(default=(), compare=False)
     tag_parts: tuple[str, ...] = field(default=(), compare=False)  # the kind's readable tag; not in the digest
 
@@ -72,11 +76,17 @@ class Spec:
         d.pop("warnings")
         d.pop("torch_index")
         d.pop("tag_parts")
+        d.pop("nsys_note")
         for key, default in _NEW_DEFAULTS.items():  # a field added later, at its default, leaves digests as they were
             if d[key] == default:
                 d.pop(key)
         d["arch_list"] = self.arch_list
         return d
+
+    @property
+    def nsys_home(self) -> str | None:
+        """Where the image's Nsight Systems is (`bin/nsys`, `host-linux-x64/QdstrmImporter`), if it has one."""
+        return _nsys_home(self.nsys) if self.nsys else None
 
     @property
     def digest(self) -> str:
@@ -99,6 +109,7 @@ class Spec:
             ("triton", self.triton or "-"), ("python", self.python),
             ("gcc", str(self.gcc) if self.gcc else "from base"), ("llvm", self.llvm or "-"),
             ("extras", ", ".join(self.extras) or "-"),
+            ("nsys", f"{self.nsys} in {self.nsys_home}" if self.nsys else self.nsys_note or "-"),
             *((("pip as of", f"{self.as_of} (packages not pinned)"),) if self.as_of else ()),
             ("tag", self.tag),
         ]

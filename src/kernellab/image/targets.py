@@ -16,6 +16,8 @@ from typing import Any
 
 from .. import ROOT
 from ..errors import ConfigError
+from . import nsys
+from .nsys import nsys_traces as nsys_traces  # the run side asks targets.nsys_traces
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -51,10 +53,12 @@ class BaseImage:
 
 @dataclass(frozen=True)
 class DebianToolkit:
-    """CUDA from Debian's archive: `nvidia-cuda-toolkit` at `package` in the non-free archive of OS `os`."""
+    """CUDA from Debian's archive: `nvidia-cuda-toolkit` at `package` in the non-free archive of OS `os`; `nsys`: its
+    nsight-systems(-target) of the same source package (unpacked, see docker/nsight-systems.sh)."""
 
     os: str
     package: str
+    nsys: str | None = None
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,7 @@ class Cuda:
     pip_home: str | None = None
     deleted: str | None = None
     debian: DebianToolkit | None = None
+    nsys_nvidia: str | None = None     # the Nsight Systems this toolkit ships (NVIDIA's apt package nsight-systems-<it>)
 
     @property
     def variant(self) -> str:
@@ -149,6 +154,7 @@ class Target:
     as_of: str | None = None           # "2023-01-31": pip packages not pinned resolve as of that day (the paper's time)
     default_for: str | None = None     # "cpu" or "gpu": what `invoke build-image` picks on such a machine
     rendered: bool = False             # its Dockerfile is committed under docker/rendered/NAME/
+    nsys: bool | None = None           # false: no Nsight Systems in a CUDA image; true: refuse a kind that has none
 
 
 #: The keys a [target.NAME] table may have.
@@ -196,9 +202,9 @@ def parse_target(name: str, table: Any) -> Target:
                 raise ConfigError(f"{where}: `default_for` must be \"cpu\" or \"gpu\", not {_shown(value)}.")
         elif key == "as_of":
             value = as_of_date(value, where)
-        elif key == "rendered":
+        elif key in ("rendered", "nsys"):
             if not isinstance(value, bool):
-                raise ConfigError(f"{where}: `rendered` must be true or false, not {_shown(value)}.")
+                raise ConfigError(f"{where}: `{key}` must be true or false, not {_shown(value)}.")
         values[key] = value
     return Target(name=name, **values)
 
@@ -253,6 +259,8 @@ class Matrix:
     debian: DebianArchive = DebianArchive()
     #: arch-specific and family variants ("9.0a", "10.0f") -> the oldest CUDA that builds them
     arch_specific: dict[str, str] = field(default_factory=dict)
+    #: Nsight Systems release line ("2023.4") -> the newest CUDA it traces ([nsys]; kernellab.image.nsys)
+    nsys_lines: dict[str, str] = field(default_factory=dict)
 
     def gpu(self, name: str) -> Gpu | None:
         n = name.strip().lower()
@@ -324,13 +332,14 @@ def load(docker_dir: Path = DOCKER_DIR) -> Matrix:
         where = f'[cuda."{k}"]'
         images = {os_key: BaseImage(i["tag"], i.get("cudnn", "")) for os_key, i in v.get("images", {}).items()}
         deb = v.get("debian")
-        debian = DebianToolkit(str(_need(deb, "os", f"{where[:-1]}.debian]")),
-                               str(_need(deb, "package", f"{where[:-1]}.debian]"))) if deb else None
+        debian = DebianToolkit(str(_need(deb, "os", f"{where[:-1]}.debian]")), str(_need(deb, "package", f"{where[:-1]}"
+                               f".debian]")), str(deb["nsys"]) if deb.get("nsys") else None) if deb else None
         cuda[k] = Cuda(
             version=k, full=_need(v, "full", where), min_driver=_need(v, "min_driver", where),
             mvc_driver=v.get("mvc_driver"), max_gcc=int(_need(v, "max_gcc", where)),
             max_clang=int(v.get("max_clang", 0)), archs=tuple(_need(v, "archs", where)), images=images,
             pip=v.get("pip"), pip_home=v.get("pip_home"), deleted=v.get("deleted"), debian=debian,
+            nsys_nvidia=str(v["nsys_nvidia"]) if v.get("nsys_nvidia") else None,
         )
     torch = {}
     for k, v in raw.get("torch", {}).items():
@@ -377,11 +386,15 @@ def load(docker_dir: Path = DOCKER_DIR) -> Matrix:
         if not re.fullmatch(r"\d+\.\d+[af]", variant) or not re.fullmatch(r"\d+\.\d+", str(min_cuda)):
             raise ConfigError(f'[arch_specific] "{variant}" = "{min_cuda}": want "X.Ya" or "X.Yf" = "CUDA X.Y".')
         arch_specific[variant] = str(min_cuda)
+    nsys_lines = nsys.read_lines(raw.get("nsys", {}))
+    nsys.check(nsys_lines, {**{f'[cuda."{c.version}"] nsys_nvidia': c.nsys_nvidia for c in cuda.values() if c.nsys_nvidia},
+                            **{f'[cuda."{c.version}".debian] nsys': c.debian.nsys for c in cuda.values()
+                               if c.debian and c.debian.nsys}}, vkey)
     targets = {name: parse_target(name, t) for name, t in _read(docker_dir / "targets.toml").get("target", {}).items()}
     return Matrix(
         gpus=gpus, cuda=cuda, torch=torch, llvm=llvm, os=oses,
         torch_index=raw.get("index", {}).get("torch", ""),
         image_pip=tuple(image.get("pip", [])), image_apt=tuple(image.get("apt", [])),
         pip_as_of=image.get("pip_as_of", ""), pip_as_of_python=image.get("pip_as_of_python", ""), undated=tuple(image.get("undated", [])),
-        targets=targets, extras=extras, debian=archive, arch_specific=arch_specific,
+        targets=targets, extras=extras, debian=archive, arch_specific=arch_specific, nsys_lines=nsys_lines,
     )

@@ -13,7 +13,7 @@ from typing import IO, Any, NamedTuple
 from ...engine import Engine
 from ...errors import BuildError, CommandError
 from ..spec import BaseFacts, Spec
-from ..targets import DOCKER_DIR, Gpu, Matrix, Os, Torch
+from ..targets import DOCKER_DIR, Cuda, Gpu, Matrix, Os, Torch
 from . import choose
 
 
@@ -38,6 +38,7 @@ class Request:
     with_extras: tuple[str, ...] = ()  # optional parts asked for (a target's `extras`)
     description: str = ""
     as_of: str | None = None
+    nsys: bool | None = None           # None: Nsight Systems where the kind has one; False: none; True: one or refuse
 
     def extras(self, matrix: Matrix, torch: Torch | None = None) -> dict[str, Any]:
         """The Spec fields every kind copies: extra packages, optional extras, what goes in every image (numpy held
@@ -87,6 +88,18 @@ class Kind:
     def resolve(self, matrix: Matrix, req: Request) -> Spec:
         """The complete Spec for req, or ResolveError naming the conflict and the nearest valid choice."""
         raise NotImplementedError
+
+    def nsys(self, matrix: Matrix, cuda: Cuda) -> str | None:
+        """The Nsight Systems (matrix.toml's pin) this kind puts in an image of that CUDA; None: none."""
+        return None
+
+    def no_nsys(self, cuda: Cuda) -> str:
+        """Why an image of this kind has none: the summary's words, and the reason a request for one is refused."""
+        return "host's, mounted at run time"
+
+    def context_files(self, spec: Spec) -> dict[str, Path]:
+        """Files the template reads from the build context beyond the usual ones: {name in the context: source}."""
+        return {}
 
     # ------------------------------------------------------------ tag and template
     def tag_parts(self, spec: Spec) -> list[str]:

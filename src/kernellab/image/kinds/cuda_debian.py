@@ -7,11 +7,12 @@ default build is for that CUDA (torch 2.5/2.6 for 12.4), else from PyTorch's ind
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from ...errors import ResolveError
 from ..spec import Spec
-from ..targets import Cuda, Gpu, Matrix, Os, vkey
+from ..targets import DOCKER_DIR, Cuda, Gpu, Matrix, Os, vkey
 from . import choose
 from .base import Request
 from .cuda_image import CudaKind
@@ -40,13 +41,30 @@ class CudaDebian(OsBase, CudaKind):
     def cuda_home(self, cuda: Cuda, python: str) -> str:
         return "/usr"  # Debian's layout: /usr/bin/nvcc, /usr/include, /usr/lib/<triplet>
 
+    def nsys(self, matrix: Matrix, cuda: Cuda) -> str | None:
+        return cuda.debian.nsys if cuda.debian else None
+
+    def no_nsys(self, cuda: Cuda) -> str:
+        return f"none: docker/matrix.toml names no Debian nsight-systems for CUDA {cuda.version} ([cuda.\"{cuda.version}\".debian] nsys)"
+
     def context(self, spec: Spec, matrix: Matrix) -> dict[str, Any]:
         ctx = super().context(spec, matrix)
         cuda = matrix.cuda[str(spec.cuda)]
         assert cuda.debian is not None
-        ctx["apt_packages"] = [*ctx["apt_packages"], f"nvidia-cuda-toolkit={cuda.debian.package}"]
+        # Nsight Systems' report importer links libssh and libpfm: installed (and so locked) with the system packages.
+        ctx["apt_packages"] = [*ctx["apt_packages"], f"nvidia-cuda-toolkit={cuda.debian.package}",
+                               *(NSYS_APT if spec.nsys else ())]
         ctx["toolkit_package"] = cuda.debian.package
         return ctx
+
+    def context_files(self, spec: Spec) -> dict[str, Path]:
+        return {NSYS_SCRIPT.name: NSYS_SCRIPT} if spec.nsys else {}
+
+
+#: Unpacks Debian's Nsight Systems into one prefix (the Dockerfile runs it; its header says why not apt-get install).
+NSYS_SCRIPT = DOCKER_DIR / "nsight-systems.sh"
+#: What its report importer (QdstrmImporter) needs from the system.
+NSYS_APT = ("libssh-4", "libpfm4")
 
 
 def shipped(matrix: Matrix) -> str:

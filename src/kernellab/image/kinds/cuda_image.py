@@ -84,6 +84,12 @@ class CudaImage(CudaKind):
     toolkit = "image"
     toolkit_help = "nvidia/cuda base"
 
+    def nsys(self, matrix: Matrix, cuda: Cuda) -> str | None:
+        return cuda.nsys_nvidia  # NVIDIA's apt package nsight-systems-<it>, from the repository the base image carries
+
+    def no_nsys(self, cuda: Cuda) -> str:
+        return f"none: docker/matrix.toml pins no Nsight Systems for CUDA {cuda.version} (nsys_nvidia)"
+
     def toolchain(self, matrix: Matrix, req: Request, cuda: Cuda, gpus: tuple[Gpu, ...]) -> tuple[Os, str, str | None]:
         if not cuda.images:
             why = cuda.deleted or "no nvidia/cuda devel image is listed"
