@@ -146,6 +146,9 @@ def judge_one(recipe: Recipe, claim: Claim, cases: Sequence[Case], *, gpu_name: 
             return verdict(NOT_JUDGED, bad)
         b = base.metrics[claim.metric]
         measured = value / b if better == "higher" else b / value
+        if not math.isfinite(measured) or measured <= 0:   # each finite, their ratio past a float's range
+            return verdict(NOT_JUDGED, f"{claim.experiment}'s {claim.metric} ({value:g}) over {claim.baseline}'s "
+                                       f"({b:g}) is {measured}: a verdict needs a positive finite ratio")
         insane = _insane(own) or _insane(base)
     if insane:
         return verdict(NOT_REPRODUCED, insane, measured)
