@@ -82,8 +82,10 @@ for step in $steps; do
             find results/h100-timeline -name '*.nsys-rep' -size +4M -delete   # the summaries and pictures come back
             tar -C results -czf "$out/timeline.tgz" h100-timeline ;;
     recipe-profile)  # where a reproduced paper's time goes: the demo's CUDA binary and Liger-Kernel's Triton kernels
-            inv recipe profile demo --target gpuhost --gpu-mode devices 2>&1 | tee "$out/recipe-profile-demo.txt" | tail -n 30
+            inv recipe profile demo --experiment tiled-cuda --target gpuhost --gpu-mode devices 2>&1 \
+              | tee "$out/recipe-profile-demo.txt" | tail -n 30
             [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+            inv recipe build liger --target gpuhost --wheelhouse .whl > "$out/liger-build.txt" 2>&1 || rc=1
             inv recipe profile liger --target gpuhost --gpu-mode devices 2>&1 | tee "$out/recipe-profile-liger.txt" | tail -n 30
             [ "${PIPESTATUS[0]}" = 0 ] || rc=1
             tar -C results/recipes -czf "$out/recipe-profiles.tgz" --exclude='*.nsys-rep' --exclude='*.sqlite' \
