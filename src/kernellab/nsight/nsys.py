@@ -252,6 +252,7 @@ class Capture:
     kernels: list[Kernel] = field(default_factory=list)
     ranges: list[Range] = field(default_factory=list)
     copies: list[Copy] = field(default_factory=list)
+    os_calls: list[Range] = field(default_factory=list)   # OS runtime calls (osrt), nsys's own markers included
 
 
 def read(db: Path) -> Capture:
@@ -269,6 +270,7 @@ def read(db: Path) -> Capture:
         capture.kernels = _kernels(con, tables, strings)
         capture.ranges = _ranges(con, tables, strings)
         capture.copies = _copies(con, tables)
+        capture.os_calls = _os_calls(con, tables, strings)
         return capture
     except sqlite3.DatabaseError as e:
         raise ProfileError(f"{db} is not a readable nsys export ({e}); capture again.") from None
@@ -317,6 +319,14 @@ def _ranges(con: sqlite3.Connection, tables: set[str], strings: dict[int, str]) 
             name = f"{domains[domain]}:{name}"
         out.append(Range(name, start, end, thread, "push/pop" if kind == _NVTX_PUSHPOP else "start/end"))
     return sorted(out, key=lambda r: (r.start, -r.end))
+
+
+def _os_calls(con: sqlite3.Connection, tables: set[str], strings: dict[int, str]) -> list[Range]:
+    if "OSRT_API" not in tables:
+        return []
+    return [Range(strings.get(name_id, "?"), start, end, thread, "osrt")
+            for start, end, name_id, thread in con.execute("SELECT start, end, nameId, globalTid FROM OSRT_API "
+                                                           "ORDER BY start")]
 
 
 _COPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD", 9: "HtoH",

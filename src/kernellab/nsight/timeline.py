@@ -177,7 +177,9 @@ def picture(path: Path, lanes: Sequence[Lane], title: str) -> Path:
     span = max([1e-3] + [(max([k.end for k in lane.kernels] + [r.end for r in lane.ranges]) - lane.origin) / 1e3
                          for lane in lanes if lane.kernels or lane.ranges])
     scale, unit = (1.0, "µs") if span < 2e4 else (1e-3, "ms")
-    fig, axes = plt.subplots(len(lanes), 1, figsize=(12, 1.2 + 1.3 * len(lanes)), squeeze=False, sharex=True)
+    legend_rows = (min(len(names), 8) + 1) // 2
+    height = 1.0 + 1.3 * len(lanes) + 0.45 + 0.17 * legend_rows      # title, lanes, axis label, legend (inches)
+    fig, axes = plt.subplots(len(lanes), 1, figsize=(12, height), squeeze=False, sharex=True)
     for ax, lane in zip(axes[:, 0], lanes):
         depth = _depths(lane.ranges)
         top = max(depth.values(), default=-1) + 1
@@ -201,7 +203,7 @@ def picture(path: Path, lanes: Sequence[Lane], title: str) -> Path:
         fig.legend(handles=handles, loc="lower center", ncol=2, fontsize=7, frameon=False,
                    bbox_to_anchor=(0.5, 0.0))
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout(rect=(0, 0.04 + 0.025 * ((len(handles) + 1) // 2), 1, 0.97))
+    fig.tight_layout(rect=(0, (0.1 + 0.17 * legend_rows) / height, 1, 1 - 0.3 / height))
     fig.savefig(path, dpi=130)
     plt.close(fig)
     return path

@@ -15,7 +15,6 @@ import json
 import os
 import re
 import shutil
-import sqlite3
 import sys
 import time
 from collections import defaultdict
@@ -110,7 +109,7 @@ def profile(name: str, *, experiment: str | None = None, case: str | None = None
                    "schema": capture.schema}, "kernels": len(capture.kernels), "ranges": len(capture.ranges),
                "ncu": counters, **{k: v for k, v in made.to_dict().items()
                                    if k in ("recipe", "paper", "image", "machine", "sources", "patches", "values")}}
-        _write(partial, doc, capture, *_os_side(partial / f"{stem}.sqlite"))
+        _write(partial, doc, capture, *_os_side(capture))
         (partial / f"{stem}.sqlite").unlink(missing_ok=True)  # the report holds it all; `nsys export` remakes it
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
@@ -197,17 +196,10 @@ def _counters(place: Place, job: jobs.Job, partial: Path, capture: nsys.Capture,
 # --------------------------------------------------------------------------- what the capture says
 
 
-def _os_side(db: Path) -> tuple[list[dict[str, Any]], list[nsys.Range]]:
+def _os_side(capture: nsys.Capture) -> tuple[list[dict[str, Any]], list[nsys.Range]]:
     """From nsys's osrt trace: one row per OS runtime call name (calls above its threshold), most time first; and
     for the picture, the case's span (from nsys's OS-runtime start and finish markers) above the calls."""
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        if not con.execute("SELECT 1 FROM sqlite_master WHERE name='OSRT_API'").fetchone():
-            return [], []
-        calls = list(con.execute("SELECT s.value, o.start, o.end, o.globalTid FROM OSRT_API o JOIN StringIds s ON "
-                                 "s.id = o.nameId"))
-    finally:
-        con.close()
+    calls = [(c.name, c.start, c.end, c.thread) for c in capture.os_calls]
     marks = [start for _, start, end, _ in calls if end == start]   # nsys's own markers: no duration
     found: dict[str, list[int]] = defaultdict(list)
     spans = [nsys.Range("the case", min(marks), max(marks), None, "osrt")] if len(marks) > 1 else []
@@ -228,9 +220,10 @@ def _write(folder: Path, doc: dict[str, Any], capture: nsys.Capture, osrt: list[
     (folder / "profile.json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
     ranges = capture.ranges or spans
     starts = [k.start for k in capture.kernels] + [r.start for r in ranges]
-    what = "NVTX ranges" if capture.ranges else "the case and its OS runtime calls"
+    what = ("its NVTX ranges above" if capture.ranges else "the case and its OS runtime calls above" if spans
+            else "no NVTX ranges")
     timeline.picture(folder / "timeline.png", [timeline.Lane(f"the whole capture: {len(capture.kernels)} kernels, "
-                     f"{what} above", ranges, capture.kernels, min(starts, default=0))],
+                     f"{what}", ranges, capture.kernels, min(starts, default=0))],
                      f"{doc['recipe']}: {doc['experiment']} {_shown(doc['case'])}")
     (folder / "summary.md").write_text(markdown(doc, capture, osrt, folder))
     if (folder / LOG).is_file() and not (folder / LOG).stat().st_size:
