@@ -11,6 +11,7 @@ import os
 import shutil
 import sqlite3
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -278,3 +279,41 @@ def test_the_hosts_nsys_mounted_into_the_default_image_traces_a_program_there_as
         assert (out / "c.nsys-rep").stat().st_uid == os.getuid()
     finally:
         shutil.rmtree(out, ignore_errors=True)
+
+
+@pytest.mark.nsys
+def test_doctor_says_which_nsys_its_version_what_it_traces_and_that_its_importer_works() -> None:
+    exe = tools.find("nsys")
+    r = nsys.readiness(exe, has_gpu=True)
+    assert r.severity == "ok", r.message
+    assert f"at {exe}" in r.message and "report importer works" in r.message and "traces CUDA up to" in r.message
+    assert "CPU sampling" in r.message
+    missing = nsys.readiness(None, has_gpu=True)
+    assert missing.severity == "warn" and "docker/nsight-systems.sh" in missing.remedy
+
+
+def _timeline(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    from kernellab import pythonpath
+
+    return subprocess.run([sys.executable, "-m", "kernellab.nsight.op_timeline", *argv], cwd=ROOT, text=True,
+                          capture_output=True, env={**os.environ, "PYTHONPATH": pythonpath(), **(env or {})},
+                          timeout=300)
+
+
+@pytest.mark.nsys
+def test_profile_timeline_without_nsys_or_without_a_gpu_is_one_sentence(tmp_path: Path) -> None:
+    gone = _timeline("-k", "softmax", "--out", str(tmp_path), env={"KERNELLAB_NSYS": str(tmp_path / "no-nsys")})
+    assert gone.returncode != 0 and "Traceback" not in gone.stderr
+    assert gone.stderr.strip() == ("kernellab: Nsight Systems (nsys) is not installed here and the image has none: "
+                                   "install it, set KERNELLAB_NSYS to its path, or build a target that carries it "
+                                   "(docs/profile.md).")
+    cpu = _timeline("-k", "rmsnorm_cpu", "--out", str(tmp_path))
+    assert cpu.stderr.strip() == "kernellab: rmsnorm_cpu is a CPU op: a GPU timeline shows GPU kernels only."
+    try:
+        import torch
+    except ImportError:
+        pytest.skip("no torch on this host")
+    if not torch.cuda.is_available():
+        no_gpu = _timeline("-k", "softmax", "--out", str(tmp_path))
+        assert no_gpu.stderr.strip().startswith("kernellab: no GPU is visible here")
+    assert not (tmp_path / "timeline").exists() and not (tmp_path / "timeline.partial").exists()

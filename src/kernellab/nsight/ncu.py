@@ -15,8 +15,7 @@ import re
 from pathlib import Path
 from typing import Any, Sequence
 
-from .. import proc
-from ..errors import ConfigError, KernellabError
+from ..errors import ConfigError
 from . import tools
 
 #: The NVTX range the profiled call runs in (ncu --nvtx-include "kernellab/": a push/pop range of that name).
@@ -82,12 +81,7 @@ def check_regex(pattern: str) -> None:
 
 def ncu_version(ncu: Path) -> str | None:
     """`ncu --version`'s version number, or None when it cannot be read."""
-    try:
-        text = proc.run([str(ncu), "--version"], check=False, timeout=60).stdout
-    except KernellabError:
-        return None
-    m = re.search(r"Version (\S+)", text)
-    return m.group(1) if m else None
+    return tools.version(ncu, r"Version (\S+)")
 
 
 # --------------------------------------------------------------------------- reading its output

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Sequence
 
 from .. import proc
-from ..errors import KernellabError, ProfileError
+from ..errors import ProfileError
 from ..image.targets import vkey
+from . import tools
 from .tools import Readiness
 
 #: What a capture traces by default: CUDA (kernels, copies, the API calls that launched them) and NVTX ranges.
@@ -40,12 +41,7 @@ _NVTX_PUSHPOP, _NVTX_STARTEND, _NVTX_DOMAIN = 59, 60, 75
 
 def version(nsys: Path) -> str | None:
     """`nsys --version`'s version ("2023.4.4.54-234433681190v0"), or None when nsys does not start."""
-    try:
-        text = proc.run([str(nsys), "--version"], check=False, timeout=60).stdout
-    except KernellabError:
-        return None
-    m = re.search(r"version (\S+)", text)
-    return m.group(1) if m else None
+    return tools.version(nsys, r"version (\S+)")
 
 
 def release(text: str) -> tuple[int, int] | None:

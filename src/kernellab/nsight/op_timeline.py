@@ -27,7 +27,7 @@ from .. import ROOT, shown
 from ..errors import ConfigError, KernellabError, ProfileError
 from ..ops.spec import KERNELS
 from . import nsys, timeline, tools
-from .profile import WARMUP, _find, child_env, choose_impls, choose_shape, file_stem, gpu_lock, published
+from .profile import WARMUP, _find, child_env, choose_case, choose_impls, file_stem, gpu_lock, published
 
 #: Calls of each implementation inside the capture (the picture shows the median one).
 CALLS = 10
@@ -89,13 +89,7 @@ def run(root: Path, name: str, *, shape: str | None = None, dtype: str | None = 
     too_old = nsys.too_old(version, torch.version.cuda)
     if too_old:
         raise ProfileError(too_old)
-    if not torch.cuda.is_available():
-        raise ProfileError("no GPU is visible here: capture on the GPU machine, natively or in a target whose "
-                           "container gets the GPU (`invoke doctor` shows how it is passed).")
-    chosen_shape = choose_shape(spec, shape)
-    chosen_dtype = dtype or spec.bench_dtypes[0]
-    if chosen_dtype not in spec.dtypes:
-        raise ConfigError(f"--dtype {chosen_dtype}: {spec.name} supports {', '.join(spec.dtypes)}.")
+    chosen_shape, chosen_dtype = choose_case(spec, shape, dtype, torch)
     from ..bench.runner import run_name
 
     gpu = torch.cuda.get_device_name(0)

@@ -113,6 +113,17 @@ def choose_shape(spec: OpSpec, shape: str | None) -> dict[str, int]:
     return chosen
 
 
+def choose_case(spec: OpSpec, shape: str | None, dtype: str | None, torch: Any) -> tuple[dict[str, int], str]:
+    """The shape and dtype of the call to profile (after checking that a GPU is here, which both need)."""
+    if not torch.cuda.is_available():
+        raise ProfileError("no GPU is visible here: profile on the GPU machine, natively or in a target whose "
+                           "container gets the GPU (`invoke doctor` shows how it is passed).")
+    chosen_dtype = dtype or spec.bench_dtypes[0]
+    if chosen_dtype not in spec.dtypes:
+        raise ConfigError(f"--dtype {chosen_dtype}: {spec.name} supports {', '.join(spec.dtypes)}.")
+    return choose_shape(spec, shape), chosen_dtype
+
+
 def choose_impls(spec: OpSpec, wanted: Sequence[str] | None, system: str | None = None) -> list[tuple[str, str]]:
     """(name, role) for every candidate and baseline (and a recipe's published system), or those named with --impl."""
     impls = [(n, "candidate") for n in spec.candidates] + [(n, "baseline") for n in spec.baselines]
@@ -147,13 +158,7 @@ def run(root: Path, name: str, *, shape: str | None = None, dtype: str | None = 
     spec = _find(root, name)
     if spec.kind == "cpu":
         raise ProfileError(f"{spec.name} is a CPU op: Nsight Compute profiles GPU kernels only.")
-    if not torch.cuda.is_available():
-        raise ProfileError("no GPU is visible here: profile on the GPU machine, natively or in a target whose "
-                           "container gets the GPU (`invoke doctor` shows how it is passed).")
-    chosen_shape = choose_shape(spec, shape)
-    chosen_dtype = dtype or spec.bench_dtypes[0]
-    if chosen_dtype not in spec.dtypes:
-        raise ConfigError(f"--dtype {chosen_dtype}: {spec.name} supports {', '.join(spec.dtypes)}.")
+    chosen_shape, chosen_dtype = choose_case(spec, shape, dtype, torch)
     chosen = choose_impls(spec, impls, system)
     from ..ops.library import arch_requirements
 

@@ -17,6 +17,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import proc
+from ..errors import KernellabError
 from ..image.targets import vkey
 
 
@@ -80,6 +82,16 @@ def find(tool: str) -> Path | None:
             if os.access(candidate, os.X_OK):
                 return Path(candidate)
     return None
+
+
+def version(exe: Path, pattern: str) -> str | None:
+    """A tool's version: `pattern`'s first group in what `exe --version` prints, or None when it does not start."""
+    try:
+        text = proc.run([str(exe), "--version"], check=False, timeout=60).stdout
+    except KernellabError:
+        return None
+    m = re.search(pattern, text)
+    return m.group(1) if m else None
 
 
 def _version_of(path: str) -> tuple[int, ...]:
