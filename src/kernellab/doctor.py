@@ -5,6 +5,7 @@ The JSON form doubles as a machine fingerprint for `invoke export-image --check-
 """
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 from dataclasses import asdict, dataclass, field
@@ -150,18 +151,17 @@ def _modes(ctx: Context) -> Finding:
     return Finding("gpu in containers", OK, f"mode {modes[0]}: {detail[modes[0]]}; available: {', '.join(modes)}")
 
 
-@check("profiling")
-def _profiling(ctx: Context) -> Finding:
-    r = tools.readiness(tools.find("ncu"), tools.read_params(), os.getuid(), bool(ctx.gpus))
-    return Finding("profiling", r.severity, r.message, r.remedy)
+def _tool_check(tool: tools.Tool) -> Check:
+    """A doctor line for one of NVIDIA's tools (kernellab.nsight.tools.TOOLS): its module's readiness here."""
+    def run(ctx: Context) -> Finding:
+        r = importlib.import_module(tool.module).readiness(tools.find(tool.name), bool(ctx.gpus))
+        return Finding(tool.doctor, r.severity, r.message, r.remedy)
+    return run
 
 
-@check("timelines")
-def _timelines(ctx: Context) -> Finding:
-    from .nsight import nsys
-
-    r = nsys.readiness(tools.find("nsys"), bool(ctx.gpus))
-    return Finding("timelines", r.severity, r.message, r.remedy)
+for _tool in tools.TOOLS.values():
+    if _tool.doctor:
+        check(_tool.doctor)(_tool_check(_tool))
 
 
 @check("network")

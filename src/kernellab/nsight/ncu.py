@@ -11,6 +11,7 @@ memory, the limiter and the top warp-stall reasons), ncu's version, and one sent
 from __future__ import annotations
 
 import csv
+import os
 import re
 from pathlib import Path
 from typing import Any, Sequence
@@ -69,6 +70,11 @@ def import_argv(ncu: str | Path, report: Path) -> list[str]:
     """ncu's own CSV export of a report: one row per profiled kernel, every metric, base units."""
     return [str(ncu), "--import", str(report), "--csv", "--page", "raw", "--print-units", "base",
             "--print-kernel-base", "function"]
+
+
+def readiness(ncu: Path | None, has_gpu: bool) -> tools.Readiness:
+    """What doctor says about Nsight Compute here: where ncu is, and whether this user may read the counters."""
+    return tools.readiness(ncu, tools.read_params(), os.getuid(), has_gpu)
 
 
 def check_regex(pattern: str) -> None:

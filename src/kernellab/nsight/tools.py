@@ -32,6 +32,8 @@ class Tool:
     folders: tuple[str, ...]
     mount: str
     doc: str                     # the page that says how kernellab uses it
+    doctor: str = ""             # the name of its line in `invoke doctor` ("": none)
+    module: str = ""             # its module, whose readiness(exe, has_gpu) -> Readiness doctor calls
 
     def mounted(self, install: Path) -> str:
         """The `host:container:ro` mount that shows the host's install (see install_folder) in a container."""
@@ -45,7 +47,8 @@ PARAMS = Path("/proc/driver/nvidia/params")
 
 TOOLS = {t.name: t for t in (
     Tool("ncu", "KERNELLAB_NCU", ("/opt/nvidia/nsight-compute/*/ncu", "/usr/local/cuda*/nsight-compute*/ncu",
-                                  "/usr/local/NVIDIA-Nsight-Compute*/ncu", f"{HOST_NCU}/ncu"), HOST_NCU, "docs/profile.md"),
+                                  "/usr/local/NVIDIA-Nsight-Compute*/ncu", f"{HOST_NCU}/ncu"), HOST_NCU, "docs/profile.md",
+         "profiling", "kernellab.nsight.ncu"),
     Tool("compute-sanitizer", "KERNELLAB_SANITIZER",
          ("/usr/local/cuda*/compute-sanitizer/compute-sanitizer", "/usr/local/cuda*/bin/compute-sanitizer",
           "/opt/nvidia/compute-sanitizer/compute-sanitizer"), "", "docs/profile.md"),
@@ -54,7 +57,7 @@ TOOLS = {t.name: t for t in (
     Tool("nsys", "KERNELLAB_NSYS", ("/opt/nvidia/nsight-systems/*/bin/nsys", "/opt/nvidia/nsight-systems-cli/*/bin/nsys",
                                     "/usr/local/cuda*/bin/nsys", "/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys",
                                     f"{HOST_NSYS}/bin/nsys", f"{HOST_NSYS}/target-linux-x64/nsys"),
-         HOST_NSYS, "docs/profile.md#timelines-nsight-systems"),
+         HOST_NSYS, "docs/profile.md#timelines-nsight-systems", "timelines", "kernellab.nsight.nsys"),
 )}
 #: What to do when the counters are restricted, in one sentence (doctor and `invoke profile` say it).
 COUNTERS_REMEDY = (
