@@ -1,8 +1,10 @@
 """`invoke recipe profile` without Docker: which case it profiles, the refusals it makes before building anything,
-and the command lines it runs in the image (nsys's program, ncu's without the NVTX filter)."""
+the command lines it runs in the image (nsys's program, ncu's without the NVTX filter), and `--on slurm`'s merge of
+the task folders its nodes leave."""
 from __future__ import annotations
 
 import io
+import json
 import os
 from pathlib import Path
 
@@ -10,7 +12,7 @@ import pytest
 
 from kernellab.errors import ClusterUsageError, KernellabError, ProfileError, RecipeError
 from kernellab.nsight import ncu, tools
-from kernellab.recipes import capture, read
+from kernellab.recipes import capture, profile_cluster, read
 from kernellab.recipes import profile as profiles
 
 
@@ -64,10 +66,53 @@ def test_flags_that_cannot_work_are_refused_in_one_sentence(flags, says):
     assert says in str(e.value)
 
 
-def test_a_cluster_profile_is_refused():
-    with pytest.raises(ClusterUsageError, match="captures here"):
-        profiles.refuse_on("slurm")
-    profiles.refuse_on(None)
+def test_on_a_cluster_ncu_and_bad_flags_are_refused_before_anything_is_built(tmp_path):
+    prof = tmp_path / "cluster.toml"
+    prof.write_text(f'runtime = "docker"\nshared = "{tmp_path}"\n[gpu_types]\nh100 = "--gres=gpu:h100:1"\n')
+    with pytest.raises(ClusterUsageError, match="--tool ncu profiles the kernels the timeline ranks first"):
+        profile_cluster.submit("demo", tool="ncu", profile=str(prof), dry_run=True, out=io.StringIO())
+    with pytest.raises(RecipeError, match="--seconds -1"):
+        profile_cluster.submit("demo", seconds=-1, profile=str(prof), dry_run=True, out=io.StringIO())
+
+
+@pytest.mark.nsys
+def test_merge_makes_each_task_folder_a_profile_and_the_run_a_table_per_gpu_type(tmp_path, monkeypatch):
+    """A task folder as a node leaves it (capture's main with this machine's nsys, a CPU program, --about handed
+    back), and one whose capture was refused: merge writes the first's profile from its export and says the other's
+    problem; merging again (a --resume) reads the profile back."""
+    exe = real_nsys()
+    real_program = capture.program
+    monkeypatch.setattr(capture, "program", lambda cwd, command, folder: [
+        *real_program(cwd, command, folder)[:-1], real_program(cwd, command, folder)[-1].replace(
+            f"cd /src/{cwd}", f"cd {tmp_path}")])  # no /src here: the case runs in tmp_path
+    doc = {"format": "kernellab-recipe-profile/1", "recipe": "demo", "experiment": "blocked", "case": {"n": 64},
+           "command": "echo mismatches: 0; sleep 0.3", "cwd": ".", "target": "cpu", "cuda": None, "with_gpu": False,
+           "kernels_expected": False, "seconds_limit": 60.0, "argv": [], "tool": "nsys", "paper": {},
+           "image": {"id": "sha256:" + "ab" * 32, "tag": "kernellab-recipe:demo"}, "sources": {}, "patches": [],
+           "values": {}}
+    local = tmp_path / "results" / "run"
+    h100, a100 = local / "h100" / "task-0", local / "a100" / "task-0"
+    h100.mkdir(parents=True)
+    monkeypatch.setenv("KERNELLAB_OUT", str(h100))
+    assert capture.main(["--command", doc["command"], "--stem", "h100-blocked-n64", "--seconds", "60",
+                         "--nsys", str(exe), "--about", json.dumps(doc)]) == 0
+    assert (h100 / "h100-blocked-n64.sqlite").is_file() and json.loads((h100 / "inside.json").read_text())["about"] == doc
+    a100.mkdir(parents=True)
+    (a100 / "inside.json").write_text(json.dumps({"problem": "nsys is neither in the image nor here.", "about": doc}))
+    tasks = [("h100", "task-0", {"host": "node1", "gpus": [{"name": "NVIDIA H100", "uuid": "GPU-1"}], "started": 1.0}),
+             ("a100", "task-0", {"host": "node2"})]
+    table = profile_cluster.merge(local, ["h100", "a100"], tasks)
+    assert table.startswith("## Top kernels by GPU time, per GPU type: demo, blocked n=64")
+    assert "| h100 | none: CUDA was not traced (a CPU case); the case took" in table
+    assert "| a100 | nsys is neither in the image nor here. | | |" in table and "`h100/task-0/summary.md`" in table
+    summary = (h100 / "summary.md").read_text()
+    assert "report: `h100-blocked-n64.nsys-rep`" in summary and "mismatches: 0" in summary
+    made = json.loads((h100 / "profile.json").read_text())
+    assert made["machine"] == {"gpu": {"name": "NVIDIA H100"}, "driver": None, "clocks": {}, "host": "node1",
+                               "gpu_type": "h100"}
+    assert made["nsys"]["trace"] == ["nvtx", "osrt"] and made["top_kernels"] == [] and made["recipe"] == "demo"
+    assert (h100 / "timeline.png").is_file() and not (h100 / "h100-blocked-n64.sqlite").exists()
+    assert profile_cluster.merge(local, ["h100", "a100"], tasks) == table
 
 
 def test_the_case_runs_as_the_recipe_runs_it_with_its_output_and_exit_code_kept():

@@ -45,7 +45,7 @@ def recipes(c: Context) -> None:
     "update": "build: resolve the recipe's pip packages afresh and rewrite its lock",
     "output": "export: the folder to write the bundle into", "chunk_size": "export: chunk size, e.g. 1G",
     "gpu_mode": GPU_MODE_HELP, "gpu_index": "use only host GPU N", "engine": ENGINE_HELP,
-    **{k: f"run: {v}" for k, v in CLUSTER_HELP.items()},
+    **{k: f"run, profile: {v}" for k, v in CLUSTER_HELP.items()},
 })
 def recipe(c: Context, verb: str, name: str | None = None, k: str | None = None, quick: bool = False, stand_in: bool = False,
            compare: str | None = None, step: int | None = None, target: str | None = None,
@@ -100,10 +100,15 @@ def recipe(c: Context, verb: str, name: str | None = None, k: str | None = None,
         failed = [x for x in cases if x.problem]
         if failed:
             raise Exit(f"kernellab: {len(failed)} of {len(cases)} cases failed (their output: {folder}/raw).", code=1)
+    elif verb == "profile" and places.on_cluster(on, resume):
+        from ..recipes import profile_cluster
+
+        profile_cluster.submit(name, experiment=experiment, case=case, tool=tool, kernel=kernel, target=target,
+                               seconds=seconds, gpus=gpus, profile=profile, dry_run=dry_run, resume=resume,
+                               configured=c.config.get("kernellab", {}).get("cluster"))
     elif verb == "profile":
         from ..recipes import profile as profiles
 
-        profiles.refuse_on(on)
         folder = profiles.profile(name, experiment=experiment, case=case, tool=tool, kernel=kernel, target=target,
                                   seconds=seconds, gpu_mode=gpu_choice(gpu_mode), gpu_index=gpu_index, results=results)
         print((folder / "summary.md").read_text(), end="")

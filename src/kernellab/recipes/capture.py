@@ -1,14 +1,16 @@
 """What `invoke recipe profile` runs inside the recipe's image (a job of its own, as a case is one):
 
     python -m kernellab.recipes.capture --cwd CWD --command CMD --stem STEM [--seconds S] [--cuda X.Y]
-                                        [--nsys PATH] [--tool ncu --kernel REGEX ... [--ncu PATH]]
+                                        [--nsys PATH] [--tool ncu --kernel REGEX ... [--ncu PATH]] [--about JSON]
 
 With nsys (the default): find it (--nsys, else the image's own, else the host's mounted read-only), refuse before
 capturing in one sentence (no nsys, its report importer does not start, it is older than the image's CUDA), capture
 the case's bash command (kernellab.nsight.nsys.capture: a scrubbed environment, CPU sampling off, --seconds the
 limit; CUDA and NVTX traced, or NVTX and OS runtime calls where the image has no CUDA) and export it to SQLite.
 With --tool ncu: Nsight Compute on the kernels each --kernel names (no NVTX filter), exported as CSV. Everything goes
-to $KERNELLAB_OUT, with `inside.json`: what ran, or the problem. Standard library and kernellab's nsight modules only.
+to $KERNELLAB_OUT, with `inside.json`: what ran, or the problem, and --about (what the submitting side knows of the
+case, handed back as it came: a cluster task's profile is written where its results are gathered). Standard library
+and kernellab's nsight modules only.
 """
 from __future__ import annotations
 
@@ -48,9 +50,14 @@ def program(cwd: str, command: str, folder: str) -> list[str]:
             f"2>&1\ncd /src/{cwd}\n{command}"]
 
 
+def out_folder() -> Path:
+    """$KERNELLAB_OUT, absolute (a cluster task's is relative to /workspace, and the case runs in /src/<cwd>)."""
+    return Path(os.environ.get("KERNELLAB_OUT") or ".").resolve()
+
+
 def inside(a: argparse.Namespace) -> dict[str, Any]:
     """What the job in the image does: checks, the capture (or ncu's runs) into $KERNELLAB_OUT; its status."""
-    folder = Path(os.environ.get("KERNELLAB_OUT") or ".")
+    folder = out_folder()
     case = program(a.cwd, a.command, str(folder))
     if a.tool == "ncu":
         exe = Path(a.ncu) if a.ncu else tools.find("ncu")
@@ -100,12 +107,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kernel", action="append", default=[])
     p.add_argument("--nsys")
     p.add_argument("--ncu")
+    p.add_argument("--about", type=json.loads, help="JSON handed back in inside.json as `about`")
     a = p.parse_args(argv)
     try:
         status = inside(a)
     except KernellabError as e:
         status = {"problem": str(e)}
-    Path(os.environ.get("KERNELLAB_OUT") or ".", STATUS).write_text(json.dumps(status, indent=1) + "\n")
+    if a.about is not None:
+        status["about"] = a.about
+    Path(out_folder(), STATUS).write_text(json.dumps(status, indent=1) + "\n")
     if status.get("problem"):
         print(f"kernellab: {status['problem']}", file=sys.stderr)
         return 1

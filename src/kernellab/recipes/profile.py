@@ -7,6 +7,7 @@ or the host's mounted read-only, refuses in one sentence before capturing, captu
 scrubbed environment and exports the SQLite). This side chooses the case, builds the image (cached), reads the
 export back and writes the folder, `results/recipes/<name>/profiles/<date>-<time>-<case>/`: summary.md,
 profile.json, timeline.png, the .nsys-rep and the case's output; made as `<folder>.partial` and renamed at the end.
+`--on slurm` (kernellab.recipes.profile_cluster) runs the same job as a cluster task and the same report() after it.
 """
 from __future__ import annotations
 
@@ -19,11 +20,11 @@ import sys
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Callable
 
 from .. import jobs, proc
 from ..engine import Engine, resolve_engine
-from ..errors import ClusterUsageError, ProfileError, RecipeError
+from ..errors import ProfileError, RecipeError
 from ..nsight import ncu, nsys, timeline, tools
 from ..places import Container, Place
 from . import build as builds
@@ -55,6 +56,39 @@ def profile(name: str, *, experiment: str | None = None, case: str | None = None
             gpu_mode: bool | str = True, gpu_index: str | None = None, results: Path = record.RESULTS,
             engine: Engine | None = None, place: Place | None = None, out: IO[str] = sys.stdout) -> Path:
     """Capture one case under nsys (and ncu with tool="ncu"); return the finished folder."""
+    recipe, exp, params, spec = check_case(name, experiment, case, tool, kernel, target, seconds)
+    checks.check_gpu_mode(recipe, spec, gpu_mode)
+    gpus = verbs.chosen_gpus_of(gpu_index)
+    with_gpu = bool(spec.cuda) and gpu_mode is not False and bool(gpus)
+    if tool == "ncu":
+        _check_ncu(spec.target, with_gpu)
+    inside_nsys = _host_override("nsys")
+    eng = resolve_engine(engine).require()
+    built = builds.build(recipe, target=target, engine=eng, out=out)
+    place = place or Container(built.image, gpu_mode, gpu_index, eng)
+    ready = inputs.prepare_all(recipe, inputs.needed([exp]), place=place, out=out)
+    doc = about(recipe, exp, params, spec, built, eng, with_gpu=with_gpu, seconds=seconds, tool=tool)
+    key = experiments.slug(exp.name, params)
+    partial, final = _folders(results / recipe.name / "profiles", key)
+    argv = [*capture_argv(doc, key), *(["--nsys", inside_nsys] if inside_nsys else [])]
+    job = jobs.Job("recipe-profile", tuple(argv), gpu=with_gpu, tools=("nsys",), scratch=partial,
+                   output=partial / LOG, timeout=seconds + 300, mounts=inputs.mounts(ready, exp))
+    try:
+        out.write(f"profile: {recipe.name} {key} under nsys, at most {seconds:g} s ...\n")
+        out.flush()
+        status = _inside(place, job, partial)
+        counters = (lambda capture: _counters(place, job, partial, capture, kernel)) if tool == "ncu" else None
+        report(partial, doc, status, record.machine(gpus[0] if with_gpu else None), counters=counters)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    partial.rename(final)
+    return final
+
+
+def check_case(name: str, experiment: str | None, case: str | None, tool: str, kernel: str | None,
+               target: str | None, seconds: float) -> tuple[model.Recipe, model.Experiment, dict[str, Any], Any]:
+    """The flags checked (each refusal one sentence, before anything is built): the recipe, the case, the target."""
     if tool not in TOOLS:
         raise RecipeError(f"--tool {tool}: use nsys (a timeline) or ncu (the timeline, then the counters of its top "
                           "kernels).")
@@ -70,59 +104,49 @@ def profile(name: str, *, experiment: str | None = None, case: str | None = None
     if exp.needs_cuda and not spec.cuda:
         raise RecipeError(f"{exp.name} needs CUDA, and target {spec.target} has none; profile it with --target of a "
                           "CUDA target.")
-    checks.check_gpu_mode(recipe, spec, gpu_mode)
-    gpus = verbs.chosen_gpus_of(gpu_index)
-    with_gpu = bool(spec.cuda) and gpu_mode is not False and bool(gpus)
-    if tool == "ncu":
-        _check_ncu(spec.target, with_gpu)
-    inside_nsys = _host_override("nsys")
-    eng = resolve_engine(engine).require()
-    built = builds.build(recipe, target=target, engine=eng, out=out)
-    place = place or Container(built.image, gpu_mode, gpu_index, eng)
-    ready = inputs.prepare_all(recipe, inputs.needed([exp]), place=place, out=out)
-    command = model.substitute(exp.run, {**built.env.values, **params})
-    key = experiments.slug(exp.name, params)
-    partial, final = _folders(results / recipe.name / "profiles", key)
-    stem = key
-    argv = ["python", "-m", "kernellab.recipes.capture", "--cwd", exp.cwd, "--command", command,
-            "--stem", stem, "--seconds", f"{seconds:g}", *(["--cuda", spec.cuda] if spec.cuda else []),
-            *(["--nsys", inside_nsys] if inside_nsys else [])]
-    job = jobs.Job("recipe-profile", tuple(argv), gpu=with_gpu, tools=("nsys",), scratch=partial,
-                   output=partial / LOG, timeout=seconds + 300, mounts=inputs.mounts(ready, exp))
-    try:
-        out.write(f"profile: {recipe.name} {key} under nsys, at most {seconds:g} s ...\n")
-        out.flush()
-        status = _inside(place, job, partial)
-        capture = nsys.read(partial / f"{stem}.sqlite")
-        lenient = recipe.requirements.cpu and not exp.needs_cuda   # a CPU experiment of a recipe that runs on CPU
-        if with_gpu and not capture.kernels and not lenient:
-            raise ProfileError(f"nsys {status['version']} recorded no kernel at all while {key} ran on the GPU: "
-                               + nsys.lost_kernels_hint(status["version"], spec.cuda))
-        counters = _counters(place, job, partial, capture, kernel) if tool == "ncu" else None
-        about = record.machine(gpus[0] if with_gpu else None)
-        made = record.new(recipe, manifest=manifest.read(recipe.name, built.image_id, eng), image_id=built.image_id,
-                          image_facts=verbs.image_facts(recipe, built, eng), machine=about, cases=[], verdicts=[])
-        doc = {"format": "kernellab-recipe-profile/1", "experiment": exp.name, "case": params, "command": command,
-               "cwd": exp.cwd, "target": spec.target, "cuda": spec.cuda, "with_gpu": with_gpu, "seconds_limit": seconds,
-               "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "argv": list(sys.argv), "tool": tool,
-               "nsys": {k: status[k] for k in ("version", "path", "trace", "exit_code", "report")} | {
-                   "schema": capture.schema}, "kernels": len(capture.kernels), "ranges": len(capture.ranges),
-               "ncu": counters, **{k: v for k, v in made.to_dict().items()
-                                   if k in ("recipe", "paper", "image", "machine", "sources", "patches", "values")}}
-        _write(partial, doc, capture, *_os_side(capture))
-        (partial / f"{stem}.sqlite").unlink(missing_ok=True)  # the report holds it all; `nsys export` remakes it
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
-    partial.rename(final)
-    return final
+    return recipe, exp, params, spec
 
 
-def refuse_on(on: str | None) -> None:
-    """`recipe profile --on`: not on a cluster (see docs/recipes.md)."""
-    if on:
-        raise ClusterUsageError("`invoke recipe profile` captures here, in the recipe's image on this machine's GPU; a "
-                                "cluster task cannot bring its capture back yet: run it on a GPU node itself.")
+def about(recipe: model.Recipe, exp: model.Experiment, params: dict[str, Any], spec: Any, built: builds.Built,
+          eng: Engine, *, with_gpu: bool, seconds: float, tool: str) -> dict[str, Any]:
+    """What this side knows of the case before it runs: profile.json's start (the recipe's provenance as a run
+    records it). A cluster task carries it to its node and back (capture's --about)."""
+    made = record.new(recipe, manifest=manifest.read(recipe.name, built.image_id, eng), image_id=built.image_id,
+                      image_facts=verbs.image_facts(recipe, built, eng), machine={}, cases=[], verdicts=[])
+    lenient = recipe.requirements.cpu and not exp.needs_cuda   # a CPU experiment of a recipe that runs on CPU
+    return {"format": "kernellab-recipe-profile/1", "experiment": exp.name, "case": params,
+            "command": model.substitute(exp.run, {**built.env.values, **params}), "cwd": exp.cwd,
+            "target": spec.target, "cuda": spec.cuda, "with_gpu": with_gpu, "kernels_expected": with_gpu and not lenient,
+            "seconds_limit": seconds, "argv": list(sys.argv), "tool": tool,
+            **{k: v for k, v in made.to_dict().items() if k in ("recipe", "paper", "image", "sources", "patches",
+                                                                "values")}}
+
+
+def capture_argv(doc: dict[str, Any], stem: str) -> list[str]:
+    """The job in the image (kernellab.recipes.capture) for the case `doc` describes, its report named stem."""
+    return ["python", "-m", "kernellab.recipes.capture", "--cwd", doc["cwd"], "--command", doc["command"],
+            "--stem", stem, "--seconds", f"{doc['seconds_limit']:g}", *(["--cuda", doc["cuda"]] if doc["cuda"] else [])]
+
+
+def report(folder: Path, doc: dict[str, Any], status: dict[str, Any], machine: dict[str, Any], *,
+           counters: Callable[[nsys.Capture], dict[str, Any]] | None = None, date: str | None = None) -> dict[str, Any]:
+    """After the job ran in the image (here, or as a cluster task): its SQLite export read back (no nsys needed
+    here), checked, and folder's profile.json, timeline.png and summary.md written; the export goes. The document."""
+    stem = str(status["report"]).removesuffix(".nsys-rep")
+    capture = nsys.read(folder / f"{stem}.sqlite")
+    if doc.get("kernels_expected") and not capture.kernels:
+        raise ProfileError(f"nsys {status['version']} recorded no kernel at all while {doc['experiment']} "
+                           f"{shown(doc['case'])} ran on the GPU: "
+                           + nsys.lost_kernels_hint(status["version"], doc["cuda"]))
+    found = counters(capture) if counters else None
+    full = {**doc, "date": date or time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine,
+            "nsys": {k: status[k] for k in ("version", "path", "trace", "exit_code", "report")} | {
+                "schema": capture.schema}, "kernels": len(capture.kernels), "ranges": len(capture.ranges), "ncu": found,
+            "top_kernels": [{k: r[k] for k in ("kernel", "launches", "total_ns", "share")}
+                            for r in timeline.kernel_rows(capture.kernels)[:TOP]]}
+    _write(folder, full, capture, *_os_side(capture))
+    (folder / f"{stem}.sqlite").unlink(missing_ok=True)  # the report holds it all; `nsys export` remakes it
+    return full
 
 
 def _check_ncu(target: str | None, with_gpu: bool) -> None:
@@ -224,13 +248,13 @@ def _write(folder: Path, doc: dict[str, Any], capture: nsys.Capture, osrt: list[
             else "no NVTX ranges")
     timeline.picture(folder / "timeline.png", [timeline.Lane(f"the whole capture: {len(capture.kernels)} kernels, "
                      f"{what}", ranges, capture.kernels, min(starts, default=0))],
-                     f"{doc['recipe']}: {doc['experiment']} {_shown(doc['case'])}")
+                     f"{doc['recipe']}: {doc['experiment']} {shown(doc['case'])}")
     (folder / "summary.md").write_text(markdown(doc, capture, osrt, folder))
     if (folder / LOG).is_file() and not (folder / LOG).stat().st_size:
         (folder / LOG).unlink()
 
 
-def _shown(params: dict[str, Any]) -> str:
+def shown(params: dict[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in params.items()) or "(its one case)"
 
 
@@ -238,7 +262,7 @@ def markdown(doc: dict[str, Any], capture: nsys.Capture, osrt: list[dict[str, An
     ns, image, gpu = doc["nsys"], doc["image"], (doc["machine"].get("gpu") or {}).get("name")
     ended = ("stopped at the time limit" if ns["exit_code"] is None else f"the case exited with code {ns['exit_code']}"
              + (f" after {doc['case_seconds']:g} s" if doc.get("case_seconds") else ""))
-    lines = [f"# Profile: {doc['recipe']}, {doc['experiment']} {_shown(doc['case'])}", "",
+    lines = [f"# Profile: {doc['recipe']}, {doc['experiment']} {shown(doc['case'])}", "",
              f"- image: `{image.get('tag')}` (`{str(image.get('id'))[:19]}`, target {doc['target']}, CUDA "
              f"{doc['cuda'] or 'none'}), {'GPU ' + gpu + ' (driver ' + str(doc['machine'].get('driver')) + ')' if gpu else 'no GPU'}",
              f"- Nsight Systems {ns['version']} (export schema {ns['schema']}), traced: {', '.join(ns['trace'])}; CPU "
