@@ -166,17 +166,20 @@ def capture_argv(nsys: Path, out: Path, program: Sequence[str], *, trace: Sequen
 
 
 def capture(nsys: Path, out: Path, program: Sequence[str], *, cuda: bool = True, **options: object) -> Path:
-    """Run one capture into `out` (.nsys-rep); ProfileError, one sentence, for each way it can fail."""
+    """Run one capture into `out` (.nsys-rep); the report written (.nsys-rep, or .qdrep from an nsys before 2021.4);
+    ProfileError, one sentence, for each way it can fail."""
     if options.get("sample") and not sampling_allowed(status(nsys)):
         raise ProfileError("CPU sampling is not allowed here (`nsys status -e`: perf events refused, as in most "
                            "containers); drop --sample, or capture natively on a host whose "
                            "/proc/sys/kernel/perf_event_paranoid is 2 or lower.")
-    for stale in (out, out.with_suffix(".qdstrm"), out.with_suffix(".sqlite")):
+    reports = (out, out.with_suffix(".qdrep"))   # nsys before 2021.4 (Debian 11's 2020.4) writes .qdrep
+    for stale in (*reports, out.with_suffix(".qdstrm"), out.with_suffix(".sqlite")):
         stale.unlink(missing_ok=True)
     trace = options.pop("trace", TRACE if cuda else ("nvtx", "osrt"))
     result = proc.run(capture_argv(nsys, out, program, trace=trace, **options), check=False)  # type: ignore[arg-type]
     output = result.stdout + result.stderr
-    if not out.exists():
+    written = next((r for r in reports if r.exists()), None)
+    if written is None:
         if out.with_suffix(".qdstrm").exists():
             problem = importer_works(nsys) or "its importer failed on it"
             raise ProfileError(f"nsys left only a .qdstrm ({out.with_suffix('.qdstrm')}), no report: {problem}")
@@ -186,7 +189,7 @@ def capture(nsys: Path, out: Path, program: Sequence[str], *, cuda: bool = True,
         last = [line for line in output.splitlines() if line.strip()][-1:]
         raise ProfileError(f"the profiled program failed under nsys (exit code {result.returncode})"
                            f"{': ' + last[0] if last else ''}.")
-    return out
+    return written
 
 
 def export(nsys: Path, report: Path) -> Path:
