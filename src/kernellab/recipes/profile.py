@@ -132,7 +132,7 @@ def report(folder: Path, doc: dict[str, Any], status: dict[str, Any], machine: d
            counters: Callable[[nsys.Capture], dict[str, Any]] | None = None, date: str | None = None) -> dict[str, Any]:
     """After the job ran in the image (here, or as a cluster task): its SQLite export read back (no nsys needed
     here), checked, and folder's profile.json, timeline.png and summary.md written; the export goes. The document."""
-    stem = str(status["report"]).removesuffix(".nsys-rep")
+    stem = Path(str(status["report"])).stem   # .nsys-rep, or .qdrep from an nsys before 2021.4
     capture = nsys.read(folder / f"{stem}.sqlite")
     if doc.get("kernels_expected") and not capture.kernels:
         raise ProfileError(f"nsys {status['version']} recorded no kernel at all while {doc['experiment']} "
