@@ -165,18 +165,22 @@ def capture_argv(nsys: Path, out: Path, program: Sequence[str], *, trace: Sequen
     return ["env", "-i", *variables, *argv, *program]
 
 
-def capture(nsys: Path, out: Path, program: Sequence[str], *, cuda: bool = True, **options: object) -> Path:
+def capture(nsys: Path, out: Path, program: Sequence[str], *, cuda: bool = True, trace: Sequence[str] | None = None,
+            profiler_range: bool = False, seconds: float | None = None, sample: bool = False,
+            env: dict[str, str] | None = None) -> Path:
     """Run one capture into `out` (.nsys-rep); the report written (.nsys-rep, or .qdrep from an nsys before 2021.4);
-    ProfileError, one sentence, for each way it can fail."""
-    if options.get("sample") and not sampling_allowed(status(nsys)):
+    ProfileError, one sentence, for each way it can fail. trace: default CUDA and NVTX, or (cuda=False) NVTX and OS
+    runtime calls; the rest as capture_argv takes them."""
+    if sample and not sampling_allowed(status(nsys)):
         raise ProfileError("CPU sampling is not allowed here (`nsys status -e`: perf events refused, as in most "
                            "containers); drop --sample, or capture natively on a host whose "
                            "/proc/sys/kernel/perf_event_paranoid is 2 or lower.")
     reports = (out, out.with_suffix(".qdrep"))   # nsys before 2021.4 (Debian 11's 2020.4) writes .qdrep
     for stale in (*reports, out.with_suffix(".qdstrm"), out.with_suffix(".sqlite")):
         stale.unlink(missing_ok=True)
-    trace = options.pop("trace", TRACE if cuda else ("nvtx", "osrt"))
-    result = proc.run(capture_argv(nsys, out, program, trace=trace, **options), check=False)  # type: ignore[arg-type]
+    traced = trace or (TRACE if cuda else ("nvtx", "osrt"))
+    result = proc.run(capture_argv(nsys, out, program, trace=traced, profiler_range=profiler_range, seconds=seconds,
+                                   sample=sample, env=env), check=False)
     output = result.stdout + result.stderr
     written = next((r for r in reports if r.exists()), None)
     if written is None:
@@ -185,7 +189,7 @@ def capture(nsys: Path, out: Path, program: Sequence[str], *, cuda: bool = True,
             raise ProfileError(f"nsys left only a .qdstrm ({out.with_suffix('.qdstrm')}), no report: {problem}")
         tail = [line for line in output.splitlines() if line.strip()][-1:]
         raise ProfileError(f"nsys wrote no report (exit code {result.returncode}){': ' + tail[0] if tail else ''}.")
-    if result.returncode != 0 and not options.get("seconds"):  # past --duration nsys stops the program itself
+    if result.returncode != 0 and not seconds:  # past --duration nsys stops the program itself
         last = [line for line in output.splitlines() if line.strip()][-1:]
         raise ProfileError(f"the profiled program failed under nsys (exit code {result.returncode})"
                            f"{': ' + last[0] if last else ''}.")
