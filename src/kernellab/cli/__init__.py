@@ -14,6 +14,7 @@ from typing import Any, Callable, cast
 from invoke import Collection, Exit
 from invoke import task as invoke_task
 from invoke.parser.parser import ParseMachine
+from invoke.program import Program
 from invoke.tasks import Task
 
 from .. import engine
@@ -49,17 +50,88 @@ def _complete_allowing_optional(self: ParseMachine) -> Any:
 ParseMachine.complete_context = _complete_allowing_optional  # type: ignore[method-assign]
 
 
+#: Task name -> its verbs, for a task whose first positional argument is a verb (`invoke recipe VERB NAME`): the
+#: word `help` in its place asks for the task's help, and the task called without a verb shows that help and exits 2.
+_VERBS: dict[str, tuple[str, ...]] = {}
+#: The tasks called without their verb in this parse (their help shown, then exit 2).
+_BARE: set[str] = set()
+_handle = ParseMachine.handle
+
+
+def _handle_help(self: ParseMachine, token: str) -> Any:
+    """`--help`/`-h` (or a verb task's `help`) where invoke would take it as a positional argument's value
+    (`invoke recipe --help`, `invoke recipe check --help`) asks for the task's help, as it does after the task's
+    positional arguments (`invoke recipe check demo --help`)."""
+    ctx = self.context
+    if (ctx is not None and self.initial is not None and self.current_state != "unknown" and ctx.missing_positional_args
+            and token not in ctx.flags and token not in ctx.inverse_flags and not self.waiting_for_flag_value):
+        flag = self.initial.flags[token] if token in self.initial.flags else None  # a Lexicon: .get() misses -h
+        verb = ctx.name in _VERBS and ctx.missing_positional_args[0] is ctx.positional_args[0]
+        if flag is not None and flag.name == "help" or verb and token == "help" and "--help" in self.initial.flags:
+            self.initial.flags["--help"].value = ctx.name
+            return None
+    return _handle(self, token)
+
+
+def _complete_with_help(self: ParseMachine) -> Any:
+    """A task whose help was asked for needs none of its positional arguments; a verb task called without its verb
+    shows its help (and exits 2: `_cleanup_bare`)."""
+    ctx = self.context
+    asked = self.initial.flags.get("--help") if self.initial is not None else None
+    if ctx is not None and asked is not None and ctx.missing_positional_args:
+        if asked.value != ctx.name and ctx.name in _VERBS and ctx.missing_positional_args[0] is ctx.positional_args[0]:
+            asked.value = ctx.name
+            _BARE.add(ctx.name)
+        if asked.value == ctx.name:
+            for arg in ctx.missing_positional_args:
+                arg.value = ""
+    return _complete_allowing_optional(self)
+
+
+ParseMachine.handle = _handle_help  # type: ignore[method-assign]
+ParseMachine.complete_context = _complete_with_help  # type: ignore[method-assign]
+_parse_tasks, _parse_cleanup = Program.parse_tasks, Program.parse_cleanup
+
+
+def _parse_tasks_afresh(self: Program) -> None:
+    _BARE.clear()
+    _parse_tasks(self)
+
+
+def _cleanup_bare(self: Program) -> None:
+    """invoke prints the task's help and exits 0; a verb task called without its verb exits 2, naming its verbs."""
+    try:
+        _parse_cleanup(self)
+    except Exit:
+        name = self.args.help.value
+        if name in _BARE:
+            verbs = _VERBS[name]
+            raise Exit(f"kernellab: `invoke {name}` needs a verb: {', '.join(verbs[:-1])} or {verbs[-1]} (each with "
+                       f"its flags above).", code=2) from None
+        raise
+
+
+Program.parse_tasks = _parse_tasks_afresh  # type: ignore[method-assign]
+Program.parse_cleanup = _cleanup_bare  # type: ignore[method-assign]
+
+
 def task(*args: Any, **kwargs: Any) -> Any:
     """Like invoke's @task, but KernellabError becomes `Exit(message, code)`.
 
     The engine is chosen here, once per task: its `--engine` flag if it has one, else invoke config
     `kernellab.engine`, else KERNELLAB_ENGINE (kernellab.engine.current()).
+
+    optional_positional: positional arguments that may be left out at the end (the task sees ""); verbs: the verbs
+    of a task whose first positional argument is one (`help` there shows the task's help; none shows it, exit 2).
     """
 
     optional = kwargs.pop("optional_positional", ())
+    verbs = kwargs.pop("verbs", ())
 
     def decorate(fn: Callable[..., Any]) -> Task:
         _OPTIONAL_POSITIONAL.update((fn.__name__.replace("_", "-"), name) for name in optional)
+        if verbs:
+            _VERBS[fn.__name__.replace("_", "-")] = tuple(verbs)
         @functools.wraps(fn)
         def body(c: Any, *a: Any, **kw: Any) -> Any:
             try:

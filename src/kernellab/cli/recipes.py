@@ -1,5 +1,5 @@
 """Tasks: `invoke recipes`, `invoke recipe check|build|run|profile|shell|export NAME`: a paper's system built and judged
-on your GPU, and where its time goes."""
+on your GPU, and where its time goes. `invoke recipe --help` (or `help`, or no verb) shows the verbs and their flags."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -23,9 +23,11 @@ def recipes(c: Context) -> None:
     print(verbs.listing())
 
 
-@task(positional=["verb", "name"], optional_positional=["name"], help={
-    "verb": "list, check, build, run, profile, shell or export",
+@task(positional=["verb", "name"], optional_positional=["name"], verbs=VERBS, help={
+    "verb": "list, check, build, run, profile, shell or export (above: what each does)",
     "name": "the recipe (a folder under recipes/, or a path to one)",
+    "fetch": "check: also fetch every source through your git mirror, verify its commit and submodule pins, and "
+             "apply the patches to a scratch tree (no image, no Docker)",
     "k": "run: only experiments whose name matches EXPR (like pytest -k: words, and, or, not)",
     "quick": "run: one repeat of each experiment's quick grid (a smoke test; claims may then be not run)",
     "stand_in": "run: read each input's generated stand-in, not its data (claims are then not judged)",
@@ -47,21 +49,31 @@ def recipes(c: Context) -> None:
     "gpu_mode": GPU_MODE_HELP, "gpu_index": "use only host GPU N", "engine": ENGINE_HELP,
     **{k: f"run, profile: {v}" for k, v in CLUSTER_HELP.items()},
 })
-def recipe(c: Context, verb: str, name: str | None = None, k: str | None = None, quick: bool = False, stand_in: bool = False,
+def recipe(c: Context, verb: str, name: str | None = None, fetch: bool = False, k: str | None = None, quick: bool = False, stand_in: bool = False,
            compare: str | None = None, step: int | None = None, target: str | None = None,
            wheelhouse: str | None = None, no_cache: bool = False, locked: bool = False, update: bool = False, output: str = "bundles", chunk_size: str = "2G",
            gpu_mode: str | None = None, gpu_index: str | None = None, engine: str | None = None,
            on: str | None = None, gpus: str | None = None, profile: str | None = None, dry_run: bool = False,
            resume: str | None = None, out: str | None = None, experiment: str | None = None, case: str | None = None,
            tool: str = "nsys", kernel: str | None = None, seconds: float = 600.0) -> None:
-    """Paper recipes: `invoke recipe list`, `invoke recipe check|build|run|profile|shell|export NAME` (docs/recipes.md)."""
+    """Paper recipes: invoke recipe VERB [NAME] [--flags] (docs/recipes.md); each flag says the verbs it serves.
+
+    list          the recipes under recipes/ (also: invoke recipes)
+    check NAME    validate, resolve the environment, check this machine, say how each claim's cases pair; builds
+                  nothing (--fetch: also fetch the sources, verify their pins, apply the patches; still no image)
+    build NAME    sources at their commits, patches, each build step a cached layer, on the target's image
+    run NAME      build (cached), run every case, judge every claim, write one record
+    profile NAME  one case under Nsight Systems (or Nsight Compute): where its time goes
+    shell NAME    a shell in the recipe's image, or in the state before --step N
+    export NAME   the image, the recipe and its runs as one verified bundle
+    """
     from ..recipes import build as builds
     from ..recipes import read, record, verbs
 
     results = Path(out) if out else record.RESULTS
     if verb not in VERBS:
         raise RecipeError(f"`invoke recipe {verb}` is not a verb; use one of {', '.join(VERBS)} "
-                          f"(`invoke recipes` lists the recipes).")
+                          f"(`invoke recipe --help`: the verbs and their flags; `invoke recipes`: the recipes).")
     if verb == "list":
         print(verbs.listing())
         return
@@ -72,7 +84,7 @@ def recipe(c: Context, verb: str, name: str | None = None, k: str | None = None,
     if locked and update:
         raise RecipeError("--locked follows the recipe's lock and --update ignores it; choose one.")
     if verb == "check":
-        print(verbs.check(name, target=target))
+        print(verbs.check(name, target=target, fetch=fetch))
     elif verb == "build":
         built = builds.build(read.load(name), target=target, wheelhouse=wheels, no_cache=no_cache,
                               locking="strict" if locked else "update" if update else "prefer")
@@ -90,7 +102,7 @@ def recipe(c: Context, verb: str, name: str | None = None, k: str | None = None,
                                                 gpu_mode=gpu_choice(gpu_mode), gpu_index=gpu_index, wheelhouse=wheels,
                                                 results=results)
         except verbs.Stopped as stop:
-            raise Exit(f"kernellab: interrupted after {stop.ran} of {stop.planned} cases; what ran is recorded in "
+            raise Exit(f"kernellab: interrupted after {stop.ran} of {verbs.count(stop.planned, 'case')}; what ran is recorded in "
                        f"{stop.folder}/summary.md (marked STOPPED EARLY).", code=130) from None
         print("\n" + (record.claims_table(verdicts) or "no claims judged: " + (read.load(name).paper.no_claims
                                                                              or "the recipe encodes none")))
@@ -99,7 +111,7 @@ def recipe(c: Context, verb: str, name: str | None = None, k: str | None = None,
         print(f"\nrecord: {folder}/summary.md")
         failed = [x for x in cases if x.problem]
         if failed:
-            raise Exit(f"kernellab: {len(failed)} of {len(cases)} cases failed (their output: {folder}/raw).", code=1)
+            raise Exit(f"kernellab: {len(failed)} of {verbs.count(len(cases), 'case')} failed (their output: {folder}/raw).", code=1)
     elif verb == "profile" and places.on_cluster(on, resume):
         from ..recipes import profile_cluster
 

@@ -12,11 +12,14 @@ for the case, a negative, infinite or NaN value; why says which). Judging never 
 """
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
 
+from .. import shown
+from ..errors import RecipeError
 from .experiments import Case, short_problem
 from .model import Claim, Recipe
 
@@ -156,3 +159,62 @@ def judge_one(recipe: Recipe, claim: Claim, cases: Sequence[Case], *, gpu_name: 
     how = f"{measured:.3g}{unit if unit == 'x' else ' ' + unit} measured against {claimed:.3g}" \
           f"{unit if unit == 'x' else ' ' + unit} claimed"
     return verdict(v, f"{how} (tolerance {claim.tolerance:.0%})", measured)
+
+
+# --------------------------------------------------------------------------- pairing, said before anything runs
+
+def _toml(case: Mapping[str, Any]) -> str:
+    return "{" + ", ".join(f"{k} = {json.dumps(v)}" for k, v in case.items()) + "}"
+
+
+def _planned(recipe: Recipe, quick: bool) -> list[Case]:
+    """The cases a run of every experiment would have, without their numbers: what judging searches."""
+    return [Case(e.name, p) for e in recipe.experiments for p in e.cases(quick)]
+
+
+def _side(recipe: Recipe, experiment: str, found: Case, case: Mapping[str, Any]) -> str:
+    """found (the case _find pairs) as `name k=v`, and why it is that one where the claim's case alone does not say."""
+    exp = recipe.experiment(experiment)
+    if not exp.grid:
+        return f"{experiment} (its only case: it has no grid)"
+    named = " ".join([experiment, *(f"{k}={v}" for k, v in found.params.items() if k in exp.grid or k in case)])
+    if not case and len(exp.cases()) > 1:
+        return f"{named} (the first case of its grid: the claim names no case)"
+    if sum(all(p.get(k) == v for k, v in case.items()) for p in exp.cases()) > 1:
+        return f"{named} (the first case of its grid with {' '.join(f'{k}={v}' for k, v in case.items())})"
+    return named
+
+
+def _never(recipe: Recipe, index: int, experiment: str, role: str) -> RecipeError:
+    claim, case = recipe.claims[index], dict(recipe.claims[index].case)
+    exp = recipe.experiment(experiment)
+    missing = [k for k in case if not any(p.get(k) == case[k] for p in exp.cases())] or list(case)
+    grid = (f"its grid: {_toml({k: list(v) for k, v in exp.grid.items()})}" if exp.grid else
+            f"it has no grid: its one case has no {', '.join(missing)}")
+    return RecipeError(f"{shown(recipe.file)}: claims[{index}].case {_toml(case)} is never a case of {role} "
+                       f"{experiment} ({grid}), so claim \"{claim.name}\" could never be judged; give {experiment} a "
+                       f"grid with {', '.join(f'{k} = {json.dumps(case[k])}' for k in missing)}, or drop "
+                       f"{', '.join(missing)} from the claim's case.")
+
+
+def pairing(recipe: Recipe, index: int) -> str:
+    """How judging will pair claim `index`'s cases, as judge_one does it (_find: the first case, in grid order, of the
+    claim's experiment whose values include every value of the claim's case; the baseline's likewise, with the
+    same values), on the full grids and on --quick's. A pairing that no grid produces is refused (RecipeError)."""
+    claim = recipe.claims[index]
+    case = dict(claim.case)
+    full, quick = _planned(recipe, False), _planned(recipe, True)
+    sides = [(claim.experiment, "experiment")] + ([(claim.baseline, "baseline experiment")] if claim.baseline else [])
+    found = []
+    for experiment, role in sides:
+        hit = _find(full, experiment, case)
+        if hit is None:
+            raise _never(recipe, index, experiment, role)
+        found.append((experiment, hit, _find(quick, experiment, case)))
+    notes = [f"absolute: judged only on the paper's {claim.gpu}"] if claim.judge == "absolute" else []
+    if any(q is None for _, _, q in found):
+        notes.append("--quick leaves it out")
+    elif any(q is not None and q.params != c.params for _, c, q in found):
+        notes.append("with --quick: " + " against ".join(_side(recipe, e, q, case) for e, _, q in found if q))
+    text = " against ".join(_side(recipe, e, c, case) for e, c, _ in found)
+    return f'"{claim.name}": {text}' + (f" ({'; '.join(notes)})" if notes else "")

@@ -1,5 +1,5 @@
-"""What `invoke recipe ...` does: list, check, build, run, shell, export (profile: kernellab.recipes.profile). The
-tasks call these and print."""
+"""What `invoke recipe ...` does: list, check (--fetch), build, run, shell, export (profile:
+kernellab.recipes.profile). The tasks call these and print."""
 from __future__ import annotations
 
 import dataclasses
@@ -21,8 +21,13 @@ class Stopped(KeyboardInterrupt):
     """Ctrl-C during a recipe run, after its record of what ran was written to folder."""
 
     def __init__(self, folder: Path, ran: int, planned: int):
-        super().__init__(f"stopped after {ran} of {planned} cases; record: {folder}")
+        super().__init__(f"stopped after {ran} of {count(planned, 'case')}; record: {folder}")
         self.folder, self.ran, self.planned = folder, ran, planned
+
+
+def count(n: int, noun: str) -> str:
+    """"1 case", "2 cases", "3 patches": a count as a sentence has it."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}{'es' if noun.endswith(('s', 'sh', 'ch', 'x')) else 's'}"
 
 
 def listing(root: Path = read.RECIPES) -> str:
@@ -31,40 +36,57 @@ def listing(root: Path = read.RECIPES) -> str:
         try:
             r = read.load(name, root)
             rows.append(f"{name:<18} {r.paper.title} ({r.paper.venue} {r.paper.year}); "
-                        f"{len(r.experiments)} experiments, {len(r.claims)} claims")
+                        f"{count(len(r.experiments), 'experiment')}, {count(len(r.claims), 'claim')}")
         except RecipeError as e:
             rows.append(f"{name:<18} BROKEN: {e}")
     return "\n".join(rows) or f"no recipes in {root}"
 
 
-def check(name: str, *, target: str | None = None) -> str:
-    """Validate the recipe, resolve its environment, check this machine: builds and fetches nothing."""
+def check(name: str, *, target: str | None = None, fetch: bool = False, out: IO[str] | None = None) -> str:
+    """Validate the recipe, resolve its environment, check this machine, say how each claim's cases pair (refusing
+    a pairing no grid produces): builds nothing. fetch: also every source fetched into its store (through git's
+    insteadOf mirror), its commit and submodule pins verified, and the patches applied to a scratch tree, each as a
+    build does it (its errors are a build's); still no image, no engine."""
     recipe = read.load(name)
     spec, _ = builds.resolve_target(recipe, target)
     notes = checks.check_host(recipe, gpus=gpu.host_gpus(), built=spec.ccs if spec.cuda else ())
+    pairs = [claims.pairing(recipe, i) for i in range(len(recipe.claims))]
+    verified = {s.name: sources.fetch(s, out or sys.stdout) for s in recipe.sources} if fetch else {}
     unchecked = sources.check_patches(recipe)
     lines = [f"recipe {recipe.name}: {recipe.paper.title} ({recipe.paper.venue} {recipe.paper.year}) is valid",
              f"  environment: target {spec.target} (CUDA {spec.cuda or 'none'}, torch {spec.torch or ('none' if spec.torch_variant == 'none' else 'from base')}, "
              f"archs {spec.arch_list or '-'})",
-             "  sources: " + (", ".join(f"{s.name} {s.commit[:12]}" + (" (fetched)" if sources.fetched(s) else "")
+             "  sources: " + (", ".join(f"{s.name} {s.commit[:12]}" + _fetched(s, verified.get(s.name))
                                         for s in recipe.sources) or "none"),
              *([f"  packages: {', '.join(p.requirement for p in recipe.packages)} (wheels locked by sha256)"]
                if recipe.packages else []),
              *(["  baselines for invoke bench: " + ", ".join(f"{op} ({path.relative_to(recipe.folder)})"
                                                            for op, path in recipe.baselines.items())]
                if recipe.baselines else []),
-             f"  patches: {len(recipe.patches)}" + (f" (not checked until fetched: {', '.join(unchecked)})"
+             f"  patches: {len(recipe.patches)}" + (f" (not checked until fetched: {', '.join(unchecked)}; "
+                                                    f"`invoke recipe check {name} --fetch` fetches and applies them)"
                                                     if unchecked else " (apply cleanly)" if recipe.patches else ""),
              f"  steps: {', '.join(s.name for s in recipe.steps) or 'none'}",
              *(f"  input {i.name}: {i.description} ({_origin(i)})" for i in recipe.inputs),
-             "  experiments: " + ", ".join(f"{e.name} ({len(e.cases())} cases x {e.repeats})" for e in recipe.experiments),
-             f"  claims: {len(recipe.claims)} ({sum(c.judge == 'ratio' for c in recipe.claims)} ratios)"
-             + (f": {recipe.paper.no_claims}" if recipe.paper.no_claims else "")]
+             "  experiments: " + ", ".join(f"{e.name} ({count(len(e.cases()), 'case')} x {count(e.repeats, 'repeat')})"
+                                           for e in recipe.experiments),
+             f"  claims: {len(recipe.claims)} ({count(sum(c.judge == 'ratio' for c in recipe.claims), 'ratio')})"
+             + (f": {recipe.paper.no_claims}" if recipe.paper.no_claims else ""),
+             *(f"    {p}" for p in pairs)]
     if recipe.requirements.note:
         lines.append(f"  GPUs: {recipe.requirements.note}")
     lines += [f"  note: {n}" for n in notes]
     lines += ["  values ({name} in steps and experiments):", *_values(spec)]
     return "\n".join(lines)
+
+
+def _fetched(source: model.Source, verified: dict[str, Any] | None) -> str:
+    """What check knows of a source's commit: verified just now (--fetch), in the stores already, or neither."""
+    if verified is None:
+        return " (fetched)" if sources.fetched(source) else ""
+    subs = verified["submodules"]
+    pins = f" and submodule{'s' * (len(subs) > 1)} " + ", ".join(f"{p} at {c[:12]}" for p, c in subs.items()) if subs else ""
+    return f" ({'made from its folder' if source.folder is not None else 'fetched'}; commit{pins} verified)"
 
 
 def _values(spec: Any) -> list[str]:
