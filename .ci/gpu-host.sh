@@ -63,8 +63,8 @@ for step in $steps; do
               | tee "$out/liger-run.txt" | tail -n 40; [ "${PIPESTATUS[0]}" = 0 ] || rc=1
             tar -C results/recipes -czf "$out/recipe-liger.tgz" liger
             cp recipes/liger/locks/gpuhost.json "$out/liger-lock-gpuhost.json" 2>/dev/null ;;
-    liger-bench)  # kernels/layernorm against Liger-Kernel's LayerNorm, in the liger recipe's image
-            inv bench -k layernorm --against liger --target gpuhost --gpu-mode devices \
+    liger-bench)  # kernels/layernorm against Liger-Kernel's LayerNorm, in the liger recipe's image (built offline from .whl/)
+            inv bench -k layernorm --against liger --wheelhouse .whl --target gpuhost --gpu-mode devices \
               --out results/layernorm-vs-liger-h100 2>&1 | tee "$out/liger-bench.txt" | tail -n 30
             [ "${PIPESTATUS[0]}" = 0 ] || rc=1
             tar -C results -czf "$out/bench-liger.tgz" layernorm-vs-liger-h100 ;;

@@ -65,6 +65,11 @@ def test_an_unknown_recipe_suggests_the_closest_name():
         read.load("demoo")
 
 
+#: An absolute claim on the fixture recipe's fastop n=10 (its third claim).
+ABSOLUTE = ('\n[[claims]]\nname = "n10 time"\nexperiment = "fastop"\ncase = { n = 10 }\njudge = "absolute"\n'
+            'value = 21\nunit = "ms"\ngpu = "A100"\nwhere = "table 2"\n')
+
+
 @pytest.mark.parametrize("edit, words", [
     (lambda t: t.replace('venue = "TEST"', 'venue = "TEST"\nyear2 = 1'), r"paper has unknown keys \['year2'\]"),
     (lambda t: re.sub(r'commit = "[0-9a-f]+"', 'commit = "main"', t, count=1),
@@ -75,6 +80,9 @@ def test_an_unknown_recipe_suggests_the_closest_name():
     (lambda t: t.replace("case = { n = 10 }", "case = { n = 11 }"), r"claims\[0\]\.case \{'n': 11\} is not a case"),
     (lambda t: t.replace('baseline = "baseline"', 'baseline = "baselin"', 1), r"did you mean `baseline`"),
     (lambda t: t.replace("[paper]", "[paper\n"), r"is not valid TOML"),
+    # An absolute claim's GPU is one word of the GPU's name: "RTX A6000" would never be judged.
+    (lambda t: t + ABSOLUTE.replace('"A100"', '"RTX A6000"'),
+     r"claims\[2\]\.gpu is 'RTX A6000', but an absolute claim is judged where its gpu is one word .* such as A6000"),
 ])
 def test_a_malformed_recipe_is_one_sentence_naming_file_and_key(tmp_path, edit, words):
     folder = write_recipe(tmp_path / "recipes" / "fastop", {"paper": "a" * 40, "helper": "b" * 40})
@@ -405,14 +413,13 @@ def test_claims_whose_cases_did_not_run_say_why(fastop):
 
 
 def test_absolute_claims_are_judged_only_on_the_papers_gpu_model(tmp_path):
-    extra = ('[[claims]]\nname = "n10 time"\nexperiment = "fastop"\ncase = { n = 10 }\njudge = "absolute"\n'
-             'value = 21\nunit = "ms"\ngpu = "A100"\nwhere = "table 2"\n')
-    recipe = read.load(str(write_recipe(tmp_path / "f", {"paper": "a" * 40, "helper": "b" * 40}, extra=extra)))
+    recipe = read.load(str(write_recipe(tmp_path / "f", {"paper": "a" * 40, "helper": "b" * 40}, extra=ABSOLUTE)))
     cases = [_case("fastop", 10, 20), _case("baseline", 10, 100)]
     on_h100 = claims.judge(recipe, cases, gpu_name="NVIDIA H100 80GB HBM3")[2]
     assert on_h100.verdict == "not run" and "only on the paper's A100" in on_h100.why and on_h100.measured == 20
     assert claims.judge(recipe, cases, gpu_name="NVIDIA A100-SXM4-80GB")[2].verdict == "reproduced"
     assert claims.same_gpu_model("A100", "NVIDIA A100-SXM4-40GB") and not claims.same_gpu_model("A10", "NVIDIA A100")
+    assert claims.same_gpu_model("A6000", "NVIDIA RTX A6000"), "the one word docs/recipes.md tells a reader to write"
 
 
 def test_check_builds_and_fetches_nothing_and_is_fast(tmp_path, monkeypatch):

@@ -1,6 +1,7 @@
 """`invoke bench`: check and time kernels against their baselines, in the target's container."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable
 
 from .. import jobs
@@ -8,6 +9,15 @@ from ..errors import RecipeError, UsageError
 from ..ops.spec import compile_select
 from ..places import PLACE_HELP
 from . import run_job, task
+
+WHEELHOUSE_HELP = "--against: the recipe image's pip packages from this folder of wheels only (no index needed)"
+
+
+def refuse_wheelhouse(wheelhouse: str | None, verb: str) -> None:
+    """--wheelhouse without --against: there is no recipe image to build."""
+    if wheelhouse:
+        raise UsageError(f"--wheelhouse is for the recipe image --against builds; `invoke {verb}` without --against "
+                         f"installs nothing.")
 
 
 @task(help={
@@ -17,10 +27,11 @@ from . import run_job, task
     "compare": "an earlier run (results/<run>): each row same/faster/slower; exit 1 on a regression",
     "out": "the run's folder (default results/<date>-<gpu>)",
     "against": "a recipe whose published system is a baseline too (its [baselines]): run in the recipe's image",
+    "wheelhouse": WHEELHOUSE_HELP,
 })
 def bench(c: Any, k: str | None = None, quick: bool = False, compare: str | None = None, out: str | None = None,
-          against: str | None = None, native: bool = False, target: str | None = None, image: str | None = None,
-          engine: str | None = None, gpu_mode: str | None = None, gpu_index: str | None = None, on: str | None = None,
+          against: str | None = None, wheelhouse: str | None = None, native: bool = False, target: str | None = None,
+          image: str | None = None, engine: str | None = None, gpu_mode: str | None = None, gpu_index: str | None = None, on: str | None = None,
           gpus: str | None = None, profile: str | None = None, resume: str | None = None, dry_run: bool = False) -> None:
     """Benchmark kernels against PyTorch baselines (and a recipe's system: --against); results in results/<run>/."""
     if (on or resume) and (compare or out):
@@ -29,15 +40,18 @@ def bench(c: Any, k: str | None = None, quick: bool = False, compare: str | None
     if against:
         run_against(c, against, lambda offer: jobs.bench(k, quick=quick, compare=compare, out=out, system=offer),
                      k=k, native=native, target=target, image=image, gpu_mode=gpu_mode, gpu_index=gpu_index,
-                     on=on or resume, verb="bench")
+                     on=on or resume, verb="bench", wheelhouse=wheelhouse)
         return
+    refuse_wheelhouse(wheelhouse, "bench")
     run_job(c, jobs.bench(k, quick=quick, compare=compare, out=out), locals())
 
 
 def run_against(c: Any, name: str, make_job: Callable[[str], jobs.Job], *, k: str | None, native: bool, target: str | None,
-        image: str | None, gpu_mode: str | None, gpu_index: str | None, on: Any, verb: str) -> None:
+        image: str | None, gpu_mode: str | None, gpu_index: str | None, on: Any, verb: str,
+        wheelhouse: str | None = None) -> None:
     """`--against RECIPE` (bench, profile): the job `make_job(offer_json)` makes, run in recipe `name`'s own image
-    (built if missing, cached) or natively, the recipe's published system offered beside PyTorch's baselines."""
+    (built if missing, cached; its pip packages from the index, or offline from the wheelhouse folder) or natively,
+    the recipe's published system offered beside PyTorch's baselines."""
     from ..bench.systems import Offer
     from ..recipes import build as builds
     from ..recipes import read
@@ -45,6 +59,9 @@ def run_against(c: Any, name: str, make_job: Callable[[str], jobs.Job], *, k: st
         raise UsageError(f"--against runs the {verb} in recipe {name}'s own image, here; "
                          f"drop --{'image' if image else 'on'}.")
     recipe = read.load(name)
+    if native and wheelhouse:
+        raise UsageError(f"--wheelhouse installs recipe {recipe.name}'s image offline; --native builds no image "
+                         f"(the system is installed in this Python): drop one of them.")
     if not recipe.baselines:
         raise RecipeError(f"recipe {recipe.name} offers no baselines: a [baselines] table in {recipe.file} maps an op "
                           f"of kernels/ to an adapter file of the recipe (docs/recipes.md).")
@@ -60,7 +77,7 @@ def run_against(c: Any, name: str, make_job: Callable[[str], jobs.Job], *, k: st
     if native:
         run_job(c, job, {"native": True, "gpu_index": gpu_index})
         return
-    built = builds.build(recipe, target=target)
+    built = builds.build(recipe, target=target, wheelhouse=Path(wheelhouse) if wheelhouse else None)
     print(f"image {built.tags[0]} ({'unchanged' if built.cached else 'built'}): {recipe.name}'s system "
           f"({', '.join(p.requirement for p in recipe.packages) or 'its sources'}) beside PyTorch's baselines")
     run_job(c, job, {"image": built.image_id, "gpu_mode": gpu_mode, "gpu_index": gpu_index})

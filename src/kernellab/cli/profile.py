@@ -12,7 +12,7 @@ from ..nsight.sanitize import TOOLS
 from ..ops.spec import KERNELS, find_op
 from ..places import PLACE_HELP
 from . import run_job, task
-from .bench import run_against
+from .bench import WHEELHOUSE_HELP, refuse_wheelhouse, run_against
 
 _OP = "its name, or an expression matching one op (like pytest -k)"
 _KERNELS = "another kernels folder (for a container: one inside the repository)"
@@ -48,12 +48,13 @@ def _positive(flag: str, value: Any, kind: Callable[[str], Any]) -> Any:
     "calls": "--timeline: calls of each implementation captured (default 10)",
     "seconds": "--timeline: stop the capture after this many seconds",
     "against": "a recipe whose published system is profiled beside your kernel, in the recipe's image",
+    "wheelhouse": WHEELHOUSE_HELP,
     "out": "the run's folder (default results/<date>-<time>-<gpu>); reports go to its profile/ (or timeline/)",
 })
 def profile(c: Any, k: str | None = None, shape: str | None = None, dtype: str | None = None,
             impl: list[str] | None = None, set: str = "basic", kernel: str | None = None, trace: bool = False,
             timeline: bool = False, calls: int | None = None, seconds: float | None = None, against: str | None = None,
-            out: str | None = None, kernels: str | None = None, native: bool = False, target: str | None = None,
+            wheelhouse: str | None = None, out: str | None = None, kernels: str | None = None, native: bool = False, target: str | None = None,
             image: str | None = None, engine: str | None = None, gpu_mode: str | None = None,
             gpu_index: str | None = None, on: str | None = None, gpus: str | None = None,
             profile: str | None = None, resume: str | None = None, dry_run: bool = False) -> None:
@@ -75,8 +76,9 @@ def profile(c: Any, k: str | None = None, shape: str | None = None, dtype: str |
 
     if against:
         run_against(c, against, make, k=op, native=native, target=target, image=image, gpu_mode=gpu_mode,
-                     gpu_index=gpu_index, on=on or resume, verb="profile")
+                     gpu_index=gpu_index, on=on or resume, verb="profile", wheelhouse=wheelhouse)
         return
+    refuse_wheelhouse(wheelhouse, "profile")
     run_job(c, make(), locals())
 
 

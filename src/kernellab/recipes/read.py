@@ -380,9 +380,14 @@ def _claim(t: _Table, experiments: dict[str, Experiment]) -> Claim:
             raise t.fail("baseline", f"names `{baseline}`, which is not an experiment{did_you_mean(baseline, list(experiments))}")
         if base.metric(metric) is None:
             raise t.fail("baseline", f"experiment {baseline} does not extract metric `{metric}`")
+    gpu = t.text("gpu", expect='the paper\'s GPU, such as "A100"')
+    if judge == "absolute" and not re.fullmatch(r"[A-Za-z0-9]+", gpu):  # claims.same_gpu_model: one word of the name
+        raise t.fail("gpu", f"is {gpu!r}, but an absolute claim is judged where its gpu is one word of the GPU's name "
+                            "as nvidia-smi prints it (A100 in NVIDIA A100-SXM4-80GB): write that word, such as A6000 "
+                            "for NVIDIA RTX A6000")
     return Claim(t.text("name"), exp_name, metric, case, t.get("value", float, check=lambda v: v > 0,
                                                                   expect="the paper's number (positive)"),
-                 t.text("unit", ""), t.text("gpu", expect='the paper\'s GPU, such as "A100"'),
+                 t.text("unit", ""), gpu,
                  t.text("where", expect='where the paper prints it, such as "README, table 2"'), judge, baseline,
                  baseline_value, t.get("tolerance", float, 0.1, lambda v: 0 <= v < 1, "a fraction in [0, 1)"),
                  t.text("setting", ""))
