@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kernellab import shown
+from kernellab import count, shown
 from kernellab.errors import RecipeError
 from kernellab.recipes import read, sources, verbs
 from recipe_fixtures import make_mirror, mirror_env, write_recipe
@@ -68,8 +68,8 @@ def test_an_unknown_verb_points_at_the_help():
 # --------------------------------------------------------------------------- counts
 
 def test_counts_read_as_english():
-    assert [verbs.count(n, "case") for n in (0, 1, 2)] == ["0 cases", "1 case", "2 cases"]
-    assert verbs.count(1, "patch") == "1 patch" and verbs.count(3, "patch") == "3 patches"
+    assert [count(n, "case") for n in (0, 1, 2)] == ["0 cases", "1 case", "2 cases"]
+    assert count(1, "patch") == "1 patch" and count(3, "patch") == "3 patches"
 
 
 @pytest.fixture

@@ -25,3 +25,8 @@ def shown(path: Path) -> str:
     """A path as the user knows it: relative to the repository when inside it."""
     resolved = Path(path).resolve()
     return str(resolved.relative_to(ROOT)) if resolved.is_relative_to(ROOT) else str(path)
+
+
+def count(n: int, noun: str) -> str:
+    """"1 case", "2 cases", "3 patches": a count as a sentence has it."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}{'es' if noun.endswith(('s', 'sh', 'ch', 'x')) else 's'}"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from invoke import Context, Exit
 
-from .. import places
+from .. import count, places
 from ..container.runner import gpu_choice
 from ..errors import RecipeError
 from . import ENGINE_HELP, GPU_MODE_HELP, task
@@ -102,7 +102,7 @@ def recipe(c: Context, verb: str, name: str | None = None, fetch: bool = False, 
                                                 gpu_mode=gpu_choice(gpu_mode), gpu_index=gpu_index, wheelhouse=wheels,
                                                 results=results)
         except verbs.Stopped as stop:
-            raise Exit(f"kernellab: interrupted after {stop.ran} of {verbs.count(stop.planned, 'case')}; what ran is recorded in "
+            raise Exit(f"kernellab: interrupted after {stop.ran} of {count(stop.planned, 'case')}; what ran is recorded in "
                        f"{stop.folder}/summary.md (marked STOPPED EARLY).", code=130) from None
         print("\n" + (record.claims_table(verdicts) or "no claims judged: " + (read.load(name).paper.no_claims
                                                                              or "the recipe encodes none")))
@@ -111,7 +111,7 @@ def recipe(c: Context, verb: str, name: str | None = None, fetch: bool = False, 
         print(f"\nrecord: {folder}/summary.md")
         failed = [x for x in cases if x.problem]
         if failed:
-            raise Exit(f"kernellab: {len(failed)} of {verbs.count(len(cases), 'case')} failed (their output: {folder}/raw).", code=1)
+            raise Exit(f"kernellab: {len(failed)} of {count(len(cases), 'case')} failed (their output: {folder}/raw).", code=1)
     elif verb == "profile" and places.on_cluster(on, resume):
         from ..recipes import profile_cluster
 

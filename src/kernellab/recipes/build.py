@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from .. import proc, shown
+from .. import count, proc, shown
 from ..engine import Engine, Image, resolve_engine
 from ..errors import BuildError, CommandError, RecipeError, ResolveError
 from ..image import builder, network
@@ -188,7 +188,7 @@ def build(recipe: Recipe, *, target: str | None = None, upto: int | None = None,
         if written:
             out.write(f"locked the recipe's pip packages in {written} (commit it: later builds install exactly these)\n")
         pinned = [f"{name}=={version}" for name, version in sorted(added.items())]
-    image_id = run(pinned, None, stage, tags, f"the state before step {upto}" if upto else f"{len(recipe.steps)} steps")
+    image_id = run(pinned, None, stage, tags, f"the state before step {upto}" if upto else count(len(recipe.steps), "step"))
     if recipe.packages:  # the system's wheels: the ones the lock names, else locked now
         got = wheels_in(recipe, image_id, eng)
         pins.check_wheels(recipe, locked_name, got)

@@ -22,7 +22,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import IO, Any, Callable
 
-from .. import jobs, proc
+from .. import count, jobs, proc
 from ..engine import Engine, resolve_engine
 from ..errors import ProfileError, RecipeError
 from ..nsight import ncu, nsys, timeline, tools
@@ -246,7 +246,7 @@ def _write(folder: Path, doc: dict[str, Any], capture: nsys.Capture, osrt: list[
     starts = [k.start for k in capture.kernels] + [r.start for r in ranges]
     what = ("its NVTX ranges above" if capture.ranges else "the case and its OS runtime calls above" if spans
             else "no NVTX ranges")
-    timeline.picture(folder / "timeline.png", [timeline.Lane(f"the whole capture: {len(capture.kernels)} kernels, "
+    timeline.picture(folder / "timeline.png", [timeline.Lane(f"the whole capture: {count(len(capture.kernels), 'kernel')}, "
                      f"{what}", ranges, capture.kernels, min(starts, default=0))],
                      f"{doc['recipe']}: {doc['experiment']} {shown(doc['case'])}")
     (folder / "summary.md").write_text(markdown(doc, capture, osrt, folder))

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Sequence
 
-from .. import ROOT, gpu, proc
+from .. import ROOT, count, gpu, proc
 from ..errors import RecipeError
 from .claims import Verdict
 from .experiments import Case, short_problem
@@ -233,7 +233,7 @@ def _patches(run: Run) -> list[dict[str, Any]]:
 def _how_far(run: Run) -> str:
     """`11 cases`; for a run that stopped before its end (Ctrl-C, an engine error), `3 of 5 cases` and says so."""
     if not run.stopped_early:
-        return f"{len(run.cases)} cases"
+        return count(len(run.cases), "case")
     return (f"{len(run.cases)} of {run.planned or '?'} cases (**STOPPED EARLY**, interrupted: the cases that ran are "
             "kept)")
 

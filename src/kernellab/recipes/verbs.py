@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from .. import gpu, jobs
+from .. import count, gpu, jobs
 from ..engine import Engine, resolve_engine
 from ..errors import RecipeError
 from ..places import Container, Place
@@ -23,11 +23,6 @@ class Stopped(KeyboardInterrupt):
     def __init__(self, folder: Path, ran: int, planned: int):
         super().__init__(f"stopped after {ran} of {count(planned, 'case')}; record: {folder}")
         self.folder, self.ran, self.planned = folder, ran, planned
-
-
-def count(n: int, noun: str) -> str:
-    """"1 case", "2 cases", "3 patches": a count as a sentence has it."""
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}{'es' if noun.endswith(('s', 'sh', 'ch', 'x')) else 's'}"
 
 
 def listing(root: Path = read.RECIPES) -> str:
