@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from kernellab.errors import ConfigError, ResolveError
 from kernellab.image import published, targets
 from kernellab.image.compat import covers
+from kernellab.image.kinds import choose
 from kernellab.image.resolve import resolve
 from kernellab.image.spec import Spec
 
@@ -31,22 +32,35 @@ def runs_on(spec: Spec, gpus: list[str]) -> bool:
     return all(covers(archs, M.gpus[g].cc) for g in gpus)
 
 
+OFFERED = choose.pythons(list(M.os.values()))
+
+
 @settings(max_examples=150, deadline=None)
 @given(gpus=st.lists(st.sampled_from(GPUS), min_size=1, max_size=2, unique=True),
        cuda=st.sampled_from([None, *CUDAS]),
-       torch=st.sampled_from([None, *TORCHES, *(f"{t}+{v}" for t in TORCHES for v in M.torch[t].variants if v != "cpu")]),
-       python=st.sampled_from([None, "3.8", "3.10", "3.12"]))
-def test_an_accepted_wheel_runs_on_its_gpus_and_every_suggestion_resolves_and_runs(gpus, cuda, torch, python):
+       torch=st.sampled_from([None, "none", *TORCHES, *(f"{t}+{v}" for t in TORCHES for v in M.torch[t].variants
+                                                        if v != "cpu")]),
+       python=st.sampled_from([None, "3.6", "3.8", "3.10", "3.12", "3.14"]),
+       toolkit=st.sampled_from([None, None, "pip", "debian"]), ubuntu=st.sampled_from([None, None, "18.04", "24.04"]))
+def test_an_accepted_wheel_runs_on_its_gpus_and_every_suggestion_resolves_and_runs(gpus, cuda, torch, python, toolkit,
+                                                                                     ubuntu):
+    kw = dict(gpu=gpus, cuda=cuda, torch=torch, python=python, toolkit=toolkit, ubuntu=ubuntu)
     try:
-        spec = resolve(M, gpu=gpus, cuda=cuda, torch=torch, python=python)
+        spec = resolve(M, **kw)
     except ResolveError as e:
+        msg = str(e)
+        assert len(msg.partition(". ")[0]) < 240, msg      # the source of a fact comes after the pins
+        assert "drop a GPU" not in msg and "use --torch none" not in msg, msg
+        for python_advised in re.findall(r"use --python (\S+) ", msg):
+            assert python_advised in OFFERED, msg          # a Python some OS in the matrix has, and it resolves
+            resolve(M, **{**kw, "python": python_advised})
         if not e.pins:
             return
-        again = resolve(M, gpu=gpus, python=python, **e.pins)   # the suggestion, pasted back in
-        assert runs_on(again, gpus), (gpus, e.pins)
-        assert f"--cuda {e.pins['cuda']}" in str(e)
+        again = resolve(M, **{**kw, **e.pins})             # the suggestion (toolkit and Ubuntu too), pasted back in
+        assert runs_on(again, gpus), (kw, e.pins)
+        assert f"--cuda {e.pins['cuda']}" in msg
         return
-    assert runs_on(spec, gpus), (gpus, cuda, torch, spec.torch, spec.torch_variant)
+    assert runs_on(spec, gpus), (kw, spec.torch, spec.torch_variant)
 
 
 @pytest.mark.parametrize("kw, pins, why", [

@@ -5,49 +5,21 @@ the conflict and the nearest valid choice; an unknown name gets the closest know
 """
 from __future__ import annotations
 
-import difflib
-import re
-from typing import Iterable, Sequence
+from typing import Sequence
 
 from ...errors import ResolveError, UnfitError
 from ..compat import covers
 from ..targets import Cuda, Gpu, Matrix, Os, Torch, vkey
+from .names import did_you_mean, known, span
 
 
-def known(items: Iterable[str]) -> str:
-    return ", ".join(sorted(items, key=vkey))
+class Unfit(UnfitError):
+    """An UnfitError with a detail (where a fact comes from) that a refusal puts after the pins it names, so that its
+    first sentence stays short."""
 
-
-def span(versions: Sequence[str]) -> str:
-    vs = sorted(versions, key=vkey)
-    if not vs:
-        return "none"
-    return vs[0] if len(vs) == 1 else f"{vs[0]}–{vs[-1]}"
-
-
-def closest(word: str, candidates: Iterable[str]) -> str | None:
-    """The known name most like word (difflib), or None; among equally similar versions, the nearest."""
-    w = str(word).strip().lower()
-    scored = []
-    for c in dict.fromkeys(candidates):
-        ratio = difflib.SequenceMatcher(None, w, c.lower()).ratio()
-        if ratio >= 0.6 and c.lower() != w:
-            scored.append((ratio, -_distance(w, c), c))
-    return max(scored)[2] if scored else None
-
-
-def did_you_mean(word: str, candidates: Iterable[str]) -> str:
-    """" (did you mean X?)" for the closest known name, or "" when nothing is close."""
-    best = closest(word, candidates)
-    return f" (did you mean {best}?)" if best else ""
-
-
-def _distance(a: str, b: str) -> float:
-    """How far apart the version numbers in two names are ("ubuntu20.04" is nearer 18.04 than 24.04)."""
-    pa, pb = [int(n) for n in re.findall(r"\d+", a)], [int(n) for n in re.findall(r"\d+", b)]
-    if not pa or not pb:
-        return 0.0
-    return abs(sum(p / 1000.0 ** i for i, p in enumerate(pa)) - sum(p / 1000.0 ** i for i, p in enumerate(pb)))
+    def __init__(self, message: str, detail: str = ""):
+        super().__init__(message)
+        self.detail = detail
 
 
 # --------------------------------------------------------------------------- GPUs and CUDA
@@ -159,20 +131,28 @@ def no_torch(requested: str | None) -> bool:
     return str(requested or "").strip().lower() == NO_TORCH
 
 
+def pinned_torch(matrix: Matrix, requested: str) -> tuple[Torch, str]:
+    """The release a PyTorch pin names (the newest of "2.8" or "2.8.0") and the wheel it names ("cu126" of
+    "2.8.0+cu126", else ""); an unknown version is refused, naming the closest."""
+    req, _, asked = str(requested).strip().partition("+")  # "2.0.1+cu117": that wheel, as pip names it
+    matches = [t for k, t in matrix.torch.items() if k == req or k.startswith(req + ".")]
+    if not matches:
+        raise ResolveError(f"unknown PyTorch version `{req}`{did_you_mean(req, matrix.torch)}; "
+                           f"known: {known(matrix.torch)}.")
+    return max(matches, key=lambda t: vkey(t.version)), asked
+
+
 def torch_for(matrix: Matrix, cuda: Cuda | None, requested: str | None, what: str,
-              warnings: list[str] | None = None) -> tuple[Torch, str]:
+              warnings: list[str] | None = None, gpus: Sequence[Gpu] = (), python: str | None = None
+              ) -> tuple[Torch, str]:
     """(PyTorch, its wheel variant) for a toolkit (None: CPU). Without a request, the newest release with a wheel
-    for exactly this toolkit; a requested release may use an older minor's wheel of the same CUDA major (said in
-    `warnings`), as a paper's `torch==1.8.0` on CUDA 11.3 uses cu111."""
+    for exactly this toolkit that runs on every GPU and has wheels for the Python asked for; a requested release
+    may use an older minor's wheel of the same CUDA major (said in `warnings`), as a paper's `torch==1.8.0` on
+    CUDA 11.3 uses cu111."""
     variant = cuda.variant if cuda else "cpu"
     having = [t for t in matrix.torch.values() if variant in t.variants]
     if requested:
-        req, _, asked = str(requested).strip().partition("+")  # "2.0.1+cu117": that wheel, as pip names it
-        matches = [t for k, t in matrix.torch.items() if k == req or k.startswith(req + ".")]
-        if not matches:
-            raise ResolveError(f"unknown PyTorch version `{req}`{did_you_mean(req, matrix.torch)}; "
-                               f"known: {known(matrix.torch)}.")
-        chosen = max(matches, key=lambda t: vkey(t.version))
+        chosen, asked = pinned_torch(matrix, requested)
         found = _asked_variant(chosen, asked, variant, what) if asked else \
             wheel_variant(chosen, cuda) if cuda else (variant if variant in chosen.variants else None)
         if found is None:
@@ -184,9 +164,19 @@ def torch_for(matrix: Matrix, cuda: Cuda | None, requested: str | None, what: st
             warnings.append(_variant_note(chosen, found, cuda, asked=bool(asked)))
         return chosen, found
     if not having:
-        raise ResolveError(f"no PyTorch release in the matrix publishes {variant} wheels for {what}; "
-                           f"choose another CUDA version.")
-    return max(having, key=lambda t: vkey(t.version)), variant
+        raise UnfitError(f"no PyTorch release in the matrix publishes {variant} wheels for {what}.")
+    runs = [t for t in having if all(covers(t.archs.get(variant, ()), g.cc) for g in gpus)]
+    if not runs:
+        g = next(g for g in gpus if not any(covers(t.archs.get(variant, ()), g.cc) for t in having))
+        raise Unfit(f"PyTorch's {variant} wheels ({span([t.version for t in having])}) carry no kernels for {g.name} "
+                    f"({g.sm}), so PyTorch would fail there with \"no kernel image is available\".",
+                    f"docker/wheels.toml lists the architectures of each {variant} wheel, with sources")
+    fits = [t for t in runs if not python or t.supports_python(str(python))]
+    if not fits:
+        lo, hi = min((t.python[0] for t in runs), key=vkey), max((t.python[1] for t in runs), key=vkey)
+        raise UnfitError(f"no PyTorch release with {variant} wheels that run on {', '.join(g.name for g in gpus) or 'it'} "
+                         f"has wheels for Python {python} (they have {lo}–{hi}).")
+    return max(fits, key=lambda t: vkey(t.version)), variant
 
 
 def _variant_note(torch: Torch, found: str, cuda: Cuda, *, asked: bool) -> str:
@@ -203,15 +193,14 @@ def _variant_note(torch: Torch, found: str, cuda: Cuda, *, asked: bool) -> str:
 def _asked_variant(torch: Torch, asked: str, variant: str, what: str) -> str:
     """A variant named with the version ("2.0.1+cu117"): published, and of the toolkit's CUDA major."""
     if asked not in torch.variants:
-        raise ResolveError(f"PyTorch {torch.version} has no {asked} wheel (published: {', '.join(torch.variants)}).")
+        raise UnfitError(f"PyTorch {torch.version} has no {asked} wheel (published: {', '.join(torch.variants)}).")
     if variant == "cpu" or asked == "cpu":
         if asked != variant:
             raise ResolveError(f"PyTorch {torch.version}+{asked} is not for {what}; use +{variant}.")
         return asked
     if not same_major(asked, variant):
-        raise ResolveError(f"PyTorch {torch.version}+{asked} is for CUDA {variant_cuda(asked)}, another major than "
-                           f"{what}: extensions would not compile (torch checks nvcc's major); use a {variant[:-1]}x "
-                           f"wheel.")
+        raise UnfitError(f"PyTorch {torch.version}+{asked} is for CUDA {variant_cuda(asked)}, another major than "
+                         f"{what}: extensions would not compile (torch checks nvcc's major).")
     return asked
 
 
@@ -221,10 +210,10 @@ def check_torch_archs(torch: Torch, variant: str, gpus: Sequence[Gpu]) -> None:
     archs = torch.archs.get(variant, ())
     for g in gpus:
         if not covers(archs, g.cc):
-            raise UnfitError(
-                f"PyTorch {torch.version} {variant} wheels carry no kernels for {g.name} ({g.sm}): they are built for "
-                f"{';'.join(archs)} ({torch.arch_sources.get(variant, 'docker/wheels.toml')}), so PyTorch would fail "
-                f"there with \"no kernel image is available\".")
+            raise Unfit(f"PyTorch {torch.version} {variant} wheels carry no kernels for {g.name} ({g.sm}), so PyTorch "
+                        f"would fail there with \"no kernel image is available\".",
+                        f"PyTorch {torch.version} {variant} wheels are built for {';'.join(archs)}: "
+                        f"{torch.arch_sources.get(variant, 'docker/wheels.toml')}")
 
 
 def torch_requirement(torch: Torch, variant: str) -> str:
@@ -249,14 +238,20 @@ def os_for_base(matrix: Matrix, base: str) -> str:
     raise ResolveError(f"no OS in docker/matrix.toml uses base `{base}`; add an [os] entry for it.")
 
 
-def python(os_: Os | None, torch: Torch | None, requested: str | None) -> str:
+def python(os_: Os | None, torch: Torch | None, requested: str | None, offered: Sequence[str] = ()) -> str:
+    """The Python asked for, else the OS's own (or the newest it has) that PyTorch has wheels for. `offered`: the
+    Pythons of every OS the image could be built on (default: the OS's), of which a refusal names the nearest that
+    PyTorch has wheels for."""
     available = os_.pythons if os_ else ()
     if requested:
         py = str(requested).strip()
         if torch and not torch.supports_python(py):
+            fits = [p for p in (offered or available) if torch.supports_python(p)]
+            near = min(fits, key=lambda p: (abs(vkey(p)[1] - vkey(py)[1]), vkey(p))) if fits else None
+            way = f"use --python {near} or another PyTorch version" if near else \
+                "and no OS this image can be built on has one of those: use another PyTorch version"
             raise ResolveError(
-                f"PyTorch {torch.version} supports Python {torch.python[0]}–{torch.python[1]}, not {py}; "
-                f"use --python {torch.python[1]} or another PyTorch version.")
+                f"PyTorch {torch.version} supports Python {torch.python[0]}–{torch.python[1]}, not {py}; {way}.")
         if os_ and py not in available:
             raise ResolveError(f"Python {py} is not available on {os_.key} (available: {known(available)}); "
                                f"choose one of those or another --ubuntu.")
@@ -327,3 +322,8 @@ def extras(matrix: Matrix, names: Sequence[str]) -> tuple[tuple[str, ...], tuple
             chosen.append(name)
             pip += [p for p in matrix.extras[name].pip if p not in pip]
     return tuple(chosen), tuple(pip)
+
+
+def pythons(oses: Sequence[Os]) -> tuple[str, ...]:
+    """Every Python the OSes have (their own or from a PPA)."""
+    return tuple(sorted({p for o in oses for p in o.pythons}, key=vkey))

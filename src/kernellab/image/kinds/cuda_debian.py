@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ...errors import ResolveError
+from ...errors import ResolveError, UnfitError
 from ..spec import Spec
 from ..targets import DOCKER_DIR, Cuda, Gpu, Matrix, Os, vkey
 from . import choose
@@ -26,12 +26,16 @@ class CudaDebian(OsBase, CudaKind):
     tag_suffix = "deb"
 
     def toolchain(self, matrix: Matrix, req: Request, cuda: Cuda, gpus: tuple[Gpu, ...]) -> tuple[Os, str, str | None]:
+        releases = sorted({c.debian.os for c in matrix.cuda.values() if c.debian})
+        if cuda.debian is None and req.os and req.os not in releases:
+            raise UnfitError(f"--toolkit debian builds on the Debian release that ships the CUDA ({', '.join(releases)}), "
+                             f"not {req.os}; drop the OS choice, or use --toolkit image or pip.")
         if cuda.debian is None:
-            raise ResolveError(f"Debian's archive does not ship CUDA {cuda.version}: it ships {shipped(matrix)}; "
+            raise UnfitError(f"Debian's archive does not ship CUDA {cuda.version}: it ships {shipped(matrix)}; "
                                f"choose one of those, or --toolkit image or pip.")
         os_ = choose.os_(matrix, cuda.debian.os)
         if req.os and req.os != os_.key:
-            raise ResolveError(f"Debian ships CUDA {cuda.version} in {os_.key} ({os_.codename}) only, not {req.os}; "
+            raise UnfitError(f"Debian ships CUDA {cuda.version} in {os_.key} ({os_.codename}) only, not {req.os}; "
                                f"drop the OS choice or pick the CUDA version {req.os} ships.")
         if req.base and suite(req.base) != suite(os_.image):
             raise ResolveError(f"--toolkit debian builds on {os_.image}, the release that ships CUDA {cuda.version}; "

@@ -5,7 +5,7 @@ the cpu kind's (by default Debian made here with debootstrap).
 """
 from __future__ import annotations
 
-from ...errors import ResolveError
+from ...errors import UnfitError
 from ..targets import Cuda, Gpu, Matrix, Os
 from . import choose
 from .base import Request
@@ -22,7 +22,7 @@ class CudaPip(OsBase, CudaKind):
     def toolchain(self, matrix: Matrix, req: Request, cuda: Cuda, gpus: tuple[Gpu, ...]) -> tuple[Os, str, str | None]:
         if not cuda.pip:
             able = [c.version for c in matrix.cuda.values() if c.pip]
-            raise ResolveError(f"CUDA {cuda.version} cannot come from PyPI (its nvcc wheels lack the compiler); "
+            raise UnfitError(f"CUDA {cuda.version} cannot come from PyPI (its nvcc wheels lack the compiler); "
                                f"PyPI toolkits exist for CUDA {choose.known(able)}, or use the nvidia/cuda base image.")
         os_ = choose.os_(matrix, req.os or choose.os_for_base(matrix, req.base or DEFAULT_BASE))
         return os_, req.base or os_.image, None
