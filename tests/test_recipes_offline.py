@@ -15,7 +15,7 @@ from invoke import Exit
 from kernellab import engine, jobs
 from kernellab.errors import BuildError
 from kernellab.image import network
-from kernellab.recipes import build, read
+from kernellab.recipes import build, index, read
 from kernellab.recipes.model import Recipe
 from places_fixtures import RecordingPlace, context
 from recipe_fixtures import make_mirror, make_wheel, mirror_env, write_recipe
@@ -45,7 +45,7 @@ def test_an_index_that_does_not_answer_is_one_sentence_at_once(tmp_path, monkeyp
     monkeypatch.setenv("PIP_FIND_LINKS", "https://wheels.example.org/")
     out = io.StringIO()
     start = time.monotonic()
-    config = build.offline_notice(_recipe(tmp_path), network.host_pip_config(), dated=False, out=out)
+    config = index.offline_notice(_recipe(tmp_path), network.host_pip_config(), dated=False, out=out)
     assert time.monotonic() - start < 15, "well under pip's minute of retries"
     said = out.getvalue()
     assert said.count("\n") == 1 and said.startswith(f"pip's index {CLOSED} {SENTENCE} (")
@@ -70,7 +70,7 @@ def test_an_index_that_answers_at_all_says_nothing(tmp_path, only_env_config, mo
         monkeypatch.setenv("PIP_INDEX_URL", f"http://127.0.0.1:{server.server_address[1]}/simple")
         config = network.host_pip_config()
         out = io.StringIO()
-        assert build.offline_notice(_recipe(tmp_path), config, dated=False, out=out) is config
+        assert index.offline_notice(_recipe(tmp_path), config, dated=False, out=out) is config
         assert out.getvalue() == ""
     finally:
         server.shutdown()
@@ -79,10 +79,10 @@ def test_an_index_that_answers_at_all_says_nothing(tmp_path, only_env_config, mo
 
 def test_the_index_probed_is_the_one_pip_asks_first():
     local = network.PipConfig({"index-url": ["file:///srv/simple"]})
-    assert build.pip_index(local, dated=False) is None          # served from this machine by the build
-    assert build.pip_index(local, dated=True) == build.PYPI     # left out of a dated resolution: pip asks PyPI
-    assert build.pip_index(network.PipConfig(), dated=False) == build.PYPI
-    assert build.pip_index(network.PipConfig({"index-url": [CLOSED]}), dated=False) == CLOSED
+    assert index.pip_index(local, dated=False) is None          # served from this machine by the build
+    assert index.pip_index(local, dated=True) == index.PYPI     # left out of a dated resolution: pip asks PyPI
+    assert index.pip_index(network.PipConfig(), dated=False) == index.PYPI
+    assert index.pip_index(network.PipConfig({"index-url": [CLOSED]}), dated=False) == CLOSED
 
 
 def _with_baselines(tmp_path: Path) -> Path:

@@ -9,6 +9,7 @@ A recipe is data (`recipes/<name>/recipe.toml` plus the patches and small script
              patched into a build context;
 - `pins`     the recipe's pip packages at exact versions, per target (recipes/<name>/locks/<target>.json);
 - `build`    the image: target image + sources + each build step as its own cached BuildKit layer;
+- `index`    whether pip's index answers before a pip layer needs it (else one sentence: the offline way);
 - `manifest` what a build's image was made of, kept in the image, read back by every run;
 - `experiments` each case a Job (kernellab.jobs.recipe_case) of a place; metrics, sanity patterns;
 - `claims`   verdicts: the paper's numbers judged as ratios against a baseline from the same run;

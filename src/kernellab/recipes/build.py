@@ -11,18 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import http.client
 import json
 import re
 import shlex
 import shutil
-import ssl
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -33,7 +28,7 @@ from ..errors import BuildError, CommandError, RecipeError, ResolveError
 from ..image import builder, network
 from ..image.spec import Spec
 from ..image.targets import Matrix, load, parse_target
-from . import checks, manifest, pins, sources, values
+from . import checks, index, manifest, pins, sources, values
 from .model import Recipe, substitute
 
 REPO = "kernellab-recipe"
@@ -42,10 +37,6 @@ MARKER = "kernellab-step"
 #: Part of every recipe image's hash: raise it when dockerfile() makes a different image from the same recipe.
 FORMAT = 5  # 4: the manifest at /etc/kernellab/recipe-manifest.json; 5: pip's --report of the pip layer
 _MARK = re.compile(rf"^(?:#(\d+) [\d.]+ )?{MARKER} (\d+) ")
-#: pip's own index when the configuration names none.
-PYPI = "https://pypi.org/simple"
-#: How long the index may take to answer before a build says it is unreachable (pip retries for a minute or more).
-PROBE_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -157,7 +148,7 @@ def build(recipe: Recipe, *, target: str | None = None, upto: int | None = None,
     # The pip layer needs the index unless a wheelhouse stands for it: say at once when the index does not answer.
     pip_config = network.host_pip_config() if recipe.pip_all and wheelhouse is None else None
     if pip_config is not None:
-        pip_config = offline_notice(recipe, pip_config, dated=bool(as_of(recipe, env)) and not pinned, out=out)
+        pip_config = index.offline_notice(recipe, pip_config, dated=bool(as_of(recipe, env)) and not pinned, out=out)
     # RAM and disk only: a build needs no GPU (a run checks its GPU).
     checks.check_host(recipe, gpus=(), disk=Path(eng.info().root or "/"))
     home = values.context_dir(recipe.name)
@@ -217,57 +208,6 @@ def _buildkit(recipe: Recipe, env: Environment, eng: Engine, ctx: Path, log: Pat
             finally:
                 steps.close()
         return builder.read_iid(iid)
-
-
-def pip_index(config: network.PipConfig, *, dated: bool) -> str | None:
-    """The index a recipe's pip layer asks first (its configured index-url, else PyPI); None for a local one, which
-    the build serves from this machine (with dated, local indexes are left out: pip asks PyPI)."""
-    for url in config.values.get("index-url", [])[:1]:
-        if url.startswith("file://") or "://" not in url:
-            return PYPI if dated else None
-        return url
-    return PYPI
-
-
-def _bare(url: str) -> str:
-    """url without the credentials it may carry (user:password@): what is probed and shown."""
-    parts = urllib.parse.urlsplit(url)
-    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
-
-
-def unreachable(url: str, timeout: float = PROBE_TIMEOUT_S) -> str | None:
-    """Why the index at url does not answer from this machine (through the proxy the environment names, as the
-    build's pip goes), or None when it answers at all: any HTTP status, or a TLS failure that pip's own trust store
-    may not share, counts as an answer."""
-    try:
-        with urllib.request.urlopen(urllib.request.Request(_bare(url), method="HEAD"), timeout=timeout):
-            return None
-    except urllib.error.HTTPError:
-        return None
-    except urllib.error.URLError as e:
-        return None if isinstance(e.reason, ssl.SSLError) else str(e.reason)
-    except OSError as e:  # a timeout while reading, a reset
-        return str(e) or type(e).__name__
-    except (ValueError, http.client.HTTPException):  # not a URL urllib takes, or an answer it cannot read
-        return None
-
-
-def offline_notice(recipe: Recipe, config: network.PipConfig, *, dated: bool, out: IO[str]) -> network.PipConfig:
-    """Probe the index the recipe's pip layer needs; when it does not answer, say so in one sentence with the
-    offline way, and return the configuration with pip's retries off (a cached pip layer needs no index at all)."""
-    url = pip_index(config, dated=dated)
-    why = unreachable(url) if url else None
-    if url is None or why is None:
-        return config
-    # Where else pip looks (a local folder only where the build serves it: not for a dated resolution).
-    others = [_bare(v) for key in ("extra-index-url", "find-links") for v in config.values.get(key, [])
-              if not dated or ("://" in v and not v.startswith("file://"))]
-    then = f", then looks in {', '.join(others)}" if others else ""
-    out.write(f"pip's index {_bare(url)} does not answer from this machine ({why}), so the recipe's pip layer tries it "
-              f"once instead of retrying for a minute{then}: to install offline, pass --wheelhouse DIR, a folder of "
-              f"wheels holding {', '.join(recipe.pip_all)} and what they need (`pip download -d DIR` where there is "
-              f"a network), or point PIP_INDEX_URL at an index this machine reaches.\n")
-    return network.PipConfig({**config.values, "retries": ["0"]})
 
 
 class _Tee:
