@@ -106,6 +106,7 @@ def test_two_runs_started_in_the_same_second_both_keep_their_records(paper, tmp_
         assert [c["experiment"] for c in data["cases"]] == [k], "each record holds its own run's cases only"
 
 
+@pytest.mark.full   # about 30 s of pip resolving twice: make test's room (docs/testing.md, 2026-11-27)
 def test_the_recipe_lock_pins_its_pip_packages_and_update_resolves_them_again(paper):
     root, commits = paper
     wheels = root / "wheels"
