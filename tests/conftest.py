@@ -121,6 +121,18 @@ def committed_locks(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
+@pytest.fixture
+def paper(tmp_path, monkeypatch):
+    """A mirror with a paper repo and its submodule (tests/recipe_fixtures.py); git reaches it as github.com; a cache
+    of our own. tests/test_recipes_docker.py has its own, which also turns the GPU off for its containers."""
+    from recipe_fixtures import make_mirror, mirror_env
+
+    commits = make_mirror(tmp_path)
+    mirror_env(tmp_path, monkeypatch)
+    monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path / "cache"))
+    return tmp_path, commits
+
+
 @pytest.fixture(scope="session")
 def default_image(docker_client, tmp_path_factory) -> str:
     """kernellab:cpu, the default image `make` built: reused by ID when its spec hash is the matrix's, else built

@@ -159,6 +159,16 @@ def write_recipe(folder: Path, commits: dict[str, str], *, step2: str = "bash bu
     return folder
 
 
+def with_layernorm_baseline(folder: Path) -> Path:
+    """A recipe folder (write_recipe's) that also offers an adapter for kernels/layernorm ([baselines])."""
+    (folder / "baselines").mkdir()
+    (folder / "baselines" / "layernorm.py").write_text("def baseline(x, w, b):\n    return x\n")
+    text = (folder / "recipe.toml").read_text()
+    (folder / "recipe.toml").write_text(text.replace("[[experiments]]", '[baselines]\nlayernorm = "baselines/layernorm.py"'
+                                                                        "\n\n[[experiments]]", 1))
+    return folder
+
+
 def make_wheel(folder: Path, name: str, version: str) -> Path:
     """A pure-Python wheel NAME==VERSION (a module printing its version) in folder: a wheelhouse without a network."""
     import base64

@@ -14,7 +14,7 @@ import bench_fakes
 from kernellab.bench import runner, systems
 from kernellab.errors import BenchError
 from places_fixtures import RecordingPlace, context
-from recipe_fixtures import write_recipe
+from recipe_fixtures import with_layernorm_baseline, write_recipe
 
 SHA = "a" * 64
 COMMITS = {"paper": "a" * 40, "helper": "b" * 40}
@@ -100,12 +100,7 @@ def test_an_adapter_that_cannot_serve_says_why(standin, adapter, message):
 
 
 def test_bench_against_a_recipe_hands_the_bench_its_offer(tmp_path):
-    folder = write_recipe(tmp_path / "fastop", COMMITS)
-    (folder / "baselines").mkdir()
-    (folder / "baselines" / "layernorm.py").write_text("def baseline(x, w, b):\n    return x\n")
-    text = (folder / "recipe.toml").read_text()
-    (folder / "recipe.toml").write_text(text.replace("[[experiments]]", '[baselines]\nlayernorm = "baselines/layernorm.py"'
-                                                                        "\n\n[[experiments]]", 1))
+    folder = with_layernorm_baseline(write_recipe(tmp_path / "fastop", COMMITS))
     from kernellab.cli.bench import bench
 
     place = RecordingPlace()

@@ -12,7 +12,7 @@ import pytest
 from kernellab import count, shown
 from kernellab.errors import RecipeError
 from kernellab.recipes import read, sources, verbs
-from recipe_fixtures import make_mirror, mirror_env, write_recipe
+from recipe_fixtures import write_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 VERBS = ("list", "check", "build", "run", "profile", "shell", "export")
@@ -70,15 +70,6 @@ def test_an_unknown_verb_points_at_the_help():
 def test_counts_read_as_english():
     assert [count(n, "case") for n in (0, 1, 2)] == ["0 cases", "1 case", "2 cases"]
     assert count(1, "patch") == "1 patch" and count(3, "patch") == "3 patches"
-
-
-@pytest.fixture
-def paper(tmp_path, monkeypatch):
-    """A mirror with a paper repo and its submodule; git reaches it as github.com; a cache of our own."""
-    commits = make_mirror(tmp_path)
-    mirror_env(tmp_path, monkeypatch)
-    monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path / "cache"))
-    return tmp_path, commits
 
 
 def _edit(folder: Path, old: str, new: str) -> None:

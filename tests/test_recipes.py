@@ -14,18 +14,9 @@ import pytest
 from kernellab.errors import RecipeError
 from kernellab.recipes import claims, experiments, model, read, sources
 from kernellab.recipes.experiments import Case, Checked, Repeat
-from recipe_fixtures import git, make_mirror, mirror_env, one_file_repository, write_recipe
+from recipe_fixtures import git, one_file_repository, write_recipe
 
 ONE_RUN = Repeat(1, 0, 0.1, "raw/x-r1.txt", {})
-
-
-@pytest.fixture
-def paper(tmp_path, monkeypatch):
-    """A mirror with a paper repo and its submodule; git reaches it as github.com; a cache of our own."""
-    commits = make_mirror(tmp_path)
-    mirror_env(tmp_path, monkeypatch)
-    monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path / "cache"))
-    return tmp_path, commits
 
 
 def test_every_shipped_recipe_reads_and_names_its_claims_baselines():

@@ -18,7 +18,7 @@ from kernellab.image import network
 from kernellab.recipes import build, index, read
 from kernellab.recipes.model import Recipe
 from places_fixtures import RecordingPlace, context
-from recipe_fixtures import make_mirror, make_wheel, mirror_env, write_recipe
+from recipe_fixtures import make_mirror, make_wheel, mirror_env, with_layernorm_baseline, write_recipe
 
 CLOSED = "http://127.0.0.1:9/simple"   # the discard port: nothing listens on the loopback there
 COMMITS = {"paper": "a" * 40, "helper": "b" * 40}
@@ -85,23 +85,13 @@ def test_the_index_probed_is_the_one_pip_asks_first():
     assert index.pip_index(network.PipConfig({"index-url": [CLOSED]}), dated=False) == CLOSED
 
 
-def _with_baselines(tmp_path: Path) -> Path:
-    folder = write_recipe(tmp_path / "fastop", COMMITS)
-    (folder / "baselines").mkdir()
-    (folder / "baselines" / "layernorm.py").write_text("def baseline(x, w, b):\n    return x\n")
-    text = (folder / "recipe.toml").read_text()
-    (folder / "recipe.toml").write_text(text.replace("[[experiments]]", '[baselines]\nlayernorm = "baselines/layernorm.py"'
-                                                                        "\n\n[[experiments]]", 1))
-    return folder
-
-
 @pytest.mark.parametrize("verb", ["bench", "profile"])
 def test_against_passes_its_wheelhouse_to_the_recipe_build(tmp_path, monkeypatch, verb):
     from kernellab.cli.bench import bench
     from kernellab.cli.profile import profile
 
     task = bench if verb == "bench" else profile
-    folder = _with_baselines(tmp_path)
+    folder = with_layernorm_baseline(write_recipe(tmp_path / "fastop", COMMITS))
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     got: dict[str, object] = {}

@@ -15,19 +15,29 @@ written to `timeline.partial/` and renamed at the end, so a failed run leaves no
 """
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
-import shutil
 import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from .. import ROOT, shown
+from .. import shown
 from ..errors import ConfigError, KernellabError, ProfileError
 from ..ops.spec import KERNELS
 from . import nsys, timeline, tools
-from .profile import WARMUP, _find, child_env, choose_case, choose_impls, file_stem, gpu_lock, published
+from .profile import (
+    WARMUP,
+    _find,
+    child_env,
+    choose_case,
+    choose_impls,
+    file_stem,
+    gpu_lock,
+    op_parser,
+    published,
+    run_folder,
+    staged,
+)
 
 #: Calls of each implementation inside the capture (the picture shows the median one).
 CALLS = 10
@@ -90,19 +100,13 @@ def run(root: Path, name: str, *, shape: str | None = None, dtype: str | None = 
     if too_old:
         raise ProfileError(too_old)
     chosen_shape, chosen_dtype = choose_case(spec, shape, dtype, torch)
-    from ..bench.runner import run_name
-
     gpu = torch.cuda.get_device_name(0)
-    folder = out or ROOT / "results" / run_name(dt.datetime.now(dt.timezone.utc), gpu)
-    partial, final = folder / f"{FOLDER}.partial", folder / FOLDER
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
     stem = file_stem(spec, chosen_shape, chosen_dtype, "timeline")
     program = [sys.executable, "-m", "kernellab.nsight.op_timeline", "--launch", "-k", spec.name,
                "--shape", json.dumps(chosen_shape), "--dtype", chosen_dtype, "--calls", str(calls),
                "--kernels", str(root), *[a for impl, _ in chosen for a in ("--impl", impl)],
                *(["--system", system] if system else [])]
-    try:
+    with staged(run_folder(out, gpu) / FOLDER) as partial:
         with gpu_lock(torch):
             print(f"timeline: {spec.name}: {', '.join(i for i, _ in chosen)}, {calls} calls each, under nsys {version}",
                   flush=True)
@@ -115,13 +119,7 @@ def run(root: Path, name: str, *, shape: str | None = None, dtype: str | None = 
                    started=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
         write(partial, doc, capture, chosen)
         rep.with_suffix(".sqlite").unlink(missing_ok=True)   # the report holds it all; the export is remade on demand
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
-    if final.exists():
-        shutil.rmtree(final)
-    partial.rename(final)
-    return final
+    return partial.with_name(FOLDER)
 
 
 def _summarise(capture: nsys.Capture, chosen: list[tuple[str, str]], calls: int, version: str,
@@ -183,17 +181,9 @@ def markdown(doc: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kernellab.nsight.op_timeline", description=__doc__.splitlines()[0])
-    parser.add_argument("-k", dest="op", required=True, metavar="OP")
-    parser.add_argument("--shape", help="an index into the op's bench shapes, or k=v,k=v (default: the first)")
-    parser.add_argument("--dtype", help="default: the op's first bench dtype")
-    parser.add_argument("--impl", action="append", help="only this candidate or baseline (repeatable)")
+    parser = op_parser("python -m kernellab.nsight.op_timeline", __doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=CALLS, help=f"calls of each implementation (default {CALLS})")
-    parser.add_argument("--system", help="a recipe's offer of baselines (JSON; `invoke profile --against` writes it)")
     parser.add_argument("--seconds", type=float, help="stop the capture after this many seconds")
-    parser.add_argument("--out", type=Path, help="the run's folder (default results/<date>-<time>-<gpu>)")
-    parser.add_argument("--kernels", type=Path, help="the kernels folder (default: kernels/)")
-    parser.add_argument("--launch", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     root = args.kernels.resolve() if args.kernels else KERNELS
     try:

@@ -22,6 +22,7 @@ and the command line.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -29,7 +30,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from .. import ROOT, proc, pythonpath, shown
 from ..errors import ConfigError, KernellabError, ProfileError
@@ -176,34 +177,46 @@ def run(root: Path, name: str, *, shape: str | None = None, dtype: str | None = 
         if ncu is None:
             raise ProfileError("Nsight Compute (ncu) is not installed here: install it (or a CUDA toolkit that "
                                "ships it), set KERNELLAB_NCU to its path, or use --trace.")
-    from ..bench.runner import run_name
-
     gpu = torch.cuda.get_device_name(0)
-    folder = out or ROOT / "results" / run_name(dt.datetime.now(dt.timezone.utc), gpu)
-    partial, final = folder / "profile.partial", folder / "profile"
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    doc: dict[str, Any] = {
-        "op": spec.name, "shape": chosen_shape, "dtype": chosen_dtype, "gpu": gpu, "torch": torch.__version__,
-        "mode": "trace" if trace else "ncu", "set": None if trace else set_name, "kernel_filter": kernel,
-        "warmup_calls": WARMUP, "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "ncu": None if ncu is None else {"path": str(ncu), "version": ncu_version(ncu),
-                                         "clock_control": "base", "cache_control": "all",
-                                         "nvtx_range": RANGE},
-        "impls": {},
-    }
-    try:
+    with staged(run_folder(out, gpu) / "profile") as partial:
+        doc: dict[str, Any] = {
+            "op": spec.name, "shape": chosen_shape, "dtype": chosen_dtype, "gpu": gpu, "torch": torch.__version__,
+            "mode": "trace" if trace else "ncu", "set": None if trace else set_name, "kernel_filter": kernel,
+            "warmup_calls": WARMUP, "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "ncu": None if ncu is None else {"path": str(ncu), "version": ncu_version(ncu),
+                                             "clock_control": "base", "cache_control": "all",
+                                             "nvtx_range": RANGE},
+            "impls": {},
+        }
         with gpu_lock(torch):  # a benchmark or sanitizer beside ncu would change what it measures
             _profile_each(spec, root, chosen, chosen_shape, chosen_dtype, doc, partial, ncu, set_name, kernel, trace,
                           system)
+        report.write(partial, doc)
+    return partial.with_name("profile")
+
+
+def run_folder(out: Path | None, gpu: str) -> Path:
+    """The run's folder: --out, else results/<date>-<time>-<gpu> (the bench's name for a run)."""
+    from ..bench.runner import run_name
+
+    return out or ROOT / "results" / run_name(dt.datetime.now(dt.timezone.utc), gpu)
+
+
+@contextlib.contextmanager
+def staged(final: Path) -> Iterator[Path]:
+    """A folder whose files are made in `<final>.partial` and renamed to final only when the block ends without an
+    error: a failed or interrupted run leaves nothing that looks complete beside finished runs."""
+    partial = final.with_name(final.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    try:
+        yield partial
     except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)  # nothing half-done left beside finished runs
+        shutil.rmtree(partial, ignore_errors=True)
         raise
-    report.write(partial, doc)
     if final.exists():
         shutil.rmtree(final)
     partial.rename(final)
-    return final
 
 
 def _profile_each(spec: OpSpec, root: Path, chosen: list[tuple[str, str]], chosen_shape: dict[str, int],
@@ -272,19 +285,26 @@ def _run_child(argv: list[str], what: str) -> None:
         raise ProfileError(f"{what} failed: {lines[-1] if lines else f'exit code {result.returncode}'}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kernellab.nsight.profile", description=__doc__.splitlines()[0])
+def op_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """The flags every profiler of an op's calls takes (Nsight Compute's, Nsight Systems' timeline): which op, call
+    and implementations, a recipe's published system, where the run goes; --launch marks the profiled child."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("-k", dest="op", required=True, metavar="OP")
     parser.add_argument("--shape", help="an index into the op's bench shapes, or k=v,k=v (default: the first)")
     parser.add_argument("--dtype", help="default: the op's first bench dtype")
     parser.add_argument("--impl", action="append", help="only this candidate or baseline (repeatable)")
+    parser.add_argument("--system", help="a recipe's offer of baselines (JSON; `invoke profile --against` writes it)")
+    parser.add_argument("--out", type=Path, help="the run's folder (default results/<date>-<time>-<gpu>)")
+    parser.add_argument("--kernels", type=Path, help="the kernels folder (default: kernels/)")
+    parser.add_argument("--launch", action="store_true", help=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = op_parser("python -m kernellab.nsight.profile", __doc__.splitlines()[0])
     parser.add_argument("--set", dest="set_name", default="basic", choices=SETS)
     parser.add_argument("--kernel", help="only kernels whose function name matches this regular expression")
     parser.add_argument("--trace", action="store_true", help="a torch.profiler trace per implementation instead")
-    parser.add_argument("--out", type=Path, help="the run's folder (default results/<date>-<time>-<gpu>)")
-    parser.add_argument("--kernels", type=Path, help="the kernels folder (default: kernels/)")
-    parser.add_argument("--system", help="a recipe's offer of baselines (JSON; `invoke profile --against` writes it)")
-    parser.add_argument("--launch", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--trace-to", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     root = args.kernels.resolve() if args.kernels else KERNELS
