@@ -17,7 +17,6 @@ from typing import Any
 from .. import ROOT
 from ..errors import ConfigError
 from . import nsys
-from .nsys import nsys_traces as nsys_traces  # the run side asks targets.nsys_traces
 
 if sys.version_info >= (3, 11):
     import tomllib

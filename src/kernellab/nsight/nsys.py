@@ -44,12 +44,6 @@ def version(nsys: Path) -> str | None:
     return tools.version(nsys, r"version (\S+)")
 
 
-def release(text: str) -> tuple[int, int] | None:
-    """(year, minor) of an nsys version, NVIDIA's ("2025.3.1.90-...") or Debian's ("2023.4.4.54~12.4.1-2")."""
-    m = re.match(r"\s*(\d{4})\.(\d+)", text)
-    return (int(m.group(1)), int(m.group(2))) if m else None
-
-
 def importer(nsys: Path) -> Path | None:
     """The report importer nsys calls after a capture (QdstrmImporter), where nsys looks for it, or None."""
     real = nsys.resolve()
@@ -89,9 +83,10 @@ def status(nsys: Path) -> str:
 
 def traces_up_to(version: str) -> str | None:
     """The newest CUDA an nsys of this version traces fully (docker/matrix.toml's [nsys]), or None when unknown."""
+    from ..image import nsys as facts
     from ..image import targets
 
-    return targets.nsys_traces(targets.load(), version)
+    return facts.nsys_traces(targets.load(), version)
 
 
 def too_old(version: str, cuda: str | None) -> str | None:
