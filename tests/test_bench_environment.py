@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from kernellab import provenance
 from kernellab.bench import clocks, environment, roofline
 
 
@@ -31,10 +32,10 @@ def test_git_state_from_files_when_git_is_missing(tmp_path: Path) -> None:
     (git / "refs" / "heads").mkdir(parents=True)
     (git / "HEAD").write_text("ref: refs/heads/main\n")
     (git / "packed-refs").write_text("# pack-refs\n" + "a" * 40 + " refs/heads/main\n")
-    assert environment._commit_from_files(git) == "a" * 40
+    assert provenance.commit_from_files(git) == "a" * 40
     (git / "refs" / "heads" / "main").write_text("b" * 40 + "\n")
-    assert environment._commit_from_files(git) == "b" * 40
-    assert environment._commit_from_files(tmp_path / "nowhere") is None
+    assert provenance.commit_from_files(git) == "b" * 40
+    assert provenance.commit_from_files(tmp_path / "nowhere") is None
 
 
 def test_clock_window_flags_a_sag_and_names_reasons() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -119,7 +120,7 @@ def test_tolerance_is_one_sided_and_relative_to_the_claim_as_the_docs_say(tmp_pa
 
 
 def test_two_runs_started_in_the_same_second_get_folders_of_their_own(tmp_path, monkeypatch):
-    monkeypatch.setattr(record.time, "strftime", lambda fmt: "20261125-120000")
+    monkeypatch.setattr(time, "strftime", lambda fmt: "20261125-120000")
     got: list[Path] = []
     errors: list[BaseException] = []
 

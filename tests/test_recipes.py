@@ -466,7 +466,7 @@ def test_a_record_is_written_read_back_and_compared(tmp_path, fastop):
     back = record.load(tmp_path)
     assert back == run   # the one type, written and read back whole
     assert back.cases[0].metrics == {"time_ms": 20} and back.claims[0].verdict == "reproduced"
-    assert back.units == {"time_ms": "ms"} and back.image["target"] == "cpu" and back.values == {"jobs": 2}
+    assert back.units == {"time_ms": "ms"} and back.image.target == "cpu" and back.values == {"jobs": 2}
     assert "| n10 speedup | 5x (table 1) | 5x | **reproduced** |" in (tmp_path / "summary.md").read_text()
     assert (tmp_path / "metrics.csv").read_text().splitlines()[1].startswith('fastop,"{""n"": 10}",time_ms,20')
     assert (tmp_path / "claims.png").stat().st_size > 1000

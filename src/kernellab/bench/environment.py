@@ -14,8 +14,9 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from .. import ROOT, envinfo, proc
+from .. import ROOT, envinfo
 from ..ops import extensions
+from ..provenance import Checkout
 
 IMAGE_FACTS = Path("/etc/kernellab")
 
@@ -109,32 +110,10 @@ def _lock_sha256(lock_file: Path) -> str | None:
     return hashlib.sha256(json.dumps(lock, sort_keys=True).encode()).hexdigest() if lock is not None else None
 
 
-def git_state(root: Path = ROOT) -> dict[str, Any]:
-    """Commit and dirty flag of the checkout; from .git files alone where git is not installed."""
-    if proc.which("git"):
-        # The repo is often owned by another UID inside a container; safe.directory lets git read it.
-        base = ["git", "-c", "safe.directory=*", "-C", str(root)]
-        head = proc.run([*base, "rev-parse", "HEAD"], check=False, timeout=30)
-        if head.ok:
-            status = proc.run([*base, "status", "--porcelain", "--untracked-files=no"], check=False, timeout=60)
-            return {"commit": head.stdout.strip(), "dirty": bool(status.stdout.strip()) if status.ok else None}
-    return {"commit": _commit_from_files(root / ".git"), "dirty": None}
-
-
-def _commit_from_files(git: Path) -> str | None:
-    try:
-        head = (git / "HEAD").read_text().strip()
-        if not head.startswith("ref: "):
-            return head
-        ref = head[5:]
-        if (git / ref).exists():
-            return (git / ref).read_text().strip()
-        for line in (git / "packed-refs").read_text().splitlines():
-            if line.endswith(" " + ref):
-                return line.split()[0]
-    except OSError:
-        pass
-    return None  # not a checkout, or no commit yet
+def git_state(root: Path = ROOT) -> dict[str, str | bool | None]:
+    """Commit and dirty flag of the checkout (kernellab.provenance.Checkout, the one reader of it; no tree: a bench
+    run does not write the repository's objects)."""
+    return Checkout.here(root, tree=False).to_dict()
 
 
 def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:

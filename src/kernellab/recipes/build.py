@@ -267,7 +267,7 @@ def pip_added(image: str, eng: Engine) -> dict[str, str]:
     return pins.parse_added(r.stdout) if r.ok else {}
 
 
-def wheels_in(recipe: Recipe, image: str, eng: Engine) -> dict[str, dict[str, str]]:
+def wheels_in(recipe: Recipe, image: str, eng: Engine) -> dict[str, pins.Wheel]:
     """The recipe's packages as its image's pip layer installed them: version and wheel sha256 (pip's report)."""
     r = eng.read_file(image, pins.REPORT)
     return pins.wheels(r.stdout, recipe) if r.ok else {}

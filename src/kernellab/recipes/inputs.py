@@ -21,7 +21,7 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Sequence
+from typing import IO, Any, Sequence, TypedDict
 
 from .. import cache_root, jobs, shown
 from ..errors import RecipeError
@@ -31,6 +31,15 @@ from .pins import FOLDER as LOCKS
 
 DATA, STAND_IN, QUICK = "data", "stand-in", "quick stand-in"
 MOUNT = "/inputs"
+
+
+class InputFacts(TypedDict):
+    """An input as a run's record keeps it (Ready.to_dict)."""
+
+    kind: str
+    description: str
+    folder: str
+    sha256: str
 
 
 @dataclass(frozen=True)
@@ -47,7 +56,7 @@ class Ready:
     def mount(self) -> str:
         return f"{self.folder}:{MOUNT}/{self.name}:ro"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> InputFacts:
         return {"kind": self.kind, "description": self.description, "folder": str(self.folder), "sha256": self.sha256}
 
 

@@ -12,14 +12,33 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Mapping, TypedDict
 
 from ..engine import Engine
 from ..errors import RecipeError
+from .values import Values
 
 #: Its name in the build context, and where the image keeps it (the only copy).
 IN_CONTEXT = "manifest.json"
 IN_IMAGE = "/etc/kernellab/recipe-manifest.json"
+
+
+class Verified(TypedDict):
+    """A source as the build verified it in its own tree: where from, its commit, its submodules' (path -> commit)."""
+
+    url: str
+    commit: str
+    submodules: dict[str, str]
+
+
+class Applied(TypedDict, total=False):
+    """A patch as applied: its file, sha256, the source it patches (records before sources had names lack it) and
+    why it is needed."""
+
+    file: str
+    sha256: str
+    source: str
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -30,21 +49,21 @@ class Manifest:
     recipe_sha256: str                     # the build's hash: recipe files, base image, values, format
     target: str | None
     base_image: str                        # the target image's ID
-    sources: dict[str, Any]                # name -> {url, commit, submodules}, as verified in the build's own tree
-    patches: list[dict[str, Any]]          # in the order applied: file, sha256, source, reason
-    values: dict[str, Any]                 # the values its commands used
+    sources: dict[str, Verified]           # by name, as verified in the build's own tree
+    patches: list[Applied]                 # in the order applied
+    values: Values                         # the values its commands used
     pip: list[str] = field(default_factory=list)
-    steps: list[dict[str, Any]] = field(default_factory=list)
+    steps: list[dict[str, str]] = field(default_factory=list)   # the recipe's steps (model.Step's fields)
     recipe_files_sha256: str = ""
     spec_sha256: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Manifest:
+    def from_dict(cls, data: Mapping[str, object]) -> Manifest:
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        return cls(**{k: v for k, v in data.items() if k in known})  # type: ignore[arg-type]
 
 
 def write(context: Path, manifest: Manifest) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, Literal, TypedDict
 
 from .. import envinfo, shown
 from ..errors import RecipeError
@@ -25,11 +25,30 @@ FOLDER = "locks"
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)$")
 
 
+class Wheel(TypedDict):
+    """A package of the recipe's system as its image installed it: the version and its wheel's sha256."""
+
+    version: str
+    sha256: str
+
+
+class Lock(TypedDict, total=False):
+    """recipes/<name>/locks/<target>.json: what the pip layer added (pip: name -> version) for the recipe's pip list
+    (requirements), and the wheels of the recipe's packages."""
+
+    recipe: str
+    target: str
+    target_spec_sha256: str
+    requirements: list[str]
+    pip: dict[str, str]
+    wheels: dict[str, Wheel]
+
+
 def path(recipe: Recipe, target: str) -> Path:
     return recipe.folder / FOLDER / f"{target}.json"
 
 
-def read(recipe: Recipe, target: str) -> dict[str, Any] | None:
+def read(recipe: Recipe, target: str) -> Lock | None:
     p = path(recipe, target)
     if not p.is_file():
         return None
@@ -39,7 +58,7 @@ def read(recipe: Recipe, target: str) -> dict[str, Any] | None:
             raise ValueError("needs `requirements` (a list) and `pip` (a table)")
     except ValueError as e:
         raise RecipeError(f"{shown(p)} is not a recipe lock ({e}); delete it or build with --update.") from None
-    return dict(lock)
+    return Lock(**lock)
 
 
 def chosen(recipe: Recipe, target: str, mode: Mode, out: IO[str]) -> list[str] | None:
@@ -68,7 +87,7 @@ def parse_added(text: str) -> dict[str, str]:
 
 
 def write(recipe: Recipe, target: str, spec_sha256: str, added: dict[str, str],
-          wheels: dict[str, dict[str, str]] | None = None) -> Path | None:
+          wheels: dict[str, Wheel] | None = None) -> Path | None:
     """Record what the pip layer installed (and the wheels of the recipe's packages: version and sha256); None when
     the lock already says exactly that."""
     if not recipe.pip_all:
@@ -94,12 +113,13 @@ def write(recipe: Recipe, target: str, spec_sha256: str, added: dict[str, str],
 REPORT = envinfo.PIP_REPORT
 
 
-def wheels(report: str, recipe: Recipe) -> dict[str, dict[str, str]]:
-    """The recipe's packages as pip installed them: {name: {version, sha256 of the wheel}} from pip's report."""
-    return envinfo.wheels(report, [p.name for p in recipe.packages])
+def wheels(report: str, recipe: Recipe) -> dict[str, Wheel]:
+    """The recipe's packages as pip installed them, from pip's report."""
+    return {n: Wheel(version=w["version"], sha256=w["sha256"])
+            for n, w in envinfo.wheels(report, [p.name for p in recipe.packages]).items()}
 
 
-def check_wheels(recipe: Recipe, target: str, got: dict[str, dict[str, str]]) -> None:
+def check_wheels(recipe: Recipe, target: str, got: dict[str, Wheel]) -> None:
     """Each package's wheel must be the one its lock names (same version, same sha256), and be there at all."""
     for p in recipe.packages:
         if p.name not in got:

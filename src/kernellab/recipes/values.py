@@ -9,12 +9,14 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
 
 from .. import cache_root, proc
 from ..engine import Engine
 from ..errors import RecipeError
 from ..image.spec import Spec
+
+#: The values of one build: a name of KNOWN -> its text, or a number ({jobs}).
+Values = dict[str, str | int]
 
 #: Every value a build step may use, with what it means (`invoke recipe check` prints them).
 KNOWN = {
@@ -84,11 +86,11 @@ def probe(image_id: str, eng: Engine) -> dict[str, str]:
     return dict(facts)
 
 
-def values(spec: Spec, facts: dict[str, str], jobs: int | None = None) -> dict[str, Any]:
+def values(spec: Spec, facts: dict[str, str], jobs: int | None = None) -> Values:
     """Every KNOWN value for this spec and image."""
     ccs = archs(spec)
     nums = [cc.replace(".", "") for cc in ccs]
-    out: dict[str, Any] = {
+    out: Values = {
         "cuda_archs": ";".join(nums),
         "torch_arch_list": ";".join(ccs),
         "gencode": " ".join(f"-gencode=arch=compute_{n},code=sm_{n}" for n in nums),
@@ -104,7 +106,7 @@ def values(spec: Spec, facts: dict[str, str], jobs: int | None = None) -> dict[s
     return out
 
 
-def shown(vals: dict[str, Any]) -> str:
+def shown(vals: Values) -> str:
     return "\n".join(f"  {{{k}}} = {vals[k]}" for k in KNOWN)
 
 
