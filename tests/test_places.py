@@ -31,13 +31,13 @@ def test_every_run_task_takes_the_same_place_flags_with_one_help_each() -> None:
 
 def test_the_flags_choose_one_place() -> None:
     c = context()
-    assert places.choose(c, native=True, gpu_index="1") == places.Native("1")
-    assert places.choose(c, image="img:1") == places.Container("img:1", True, None)
-    assert places.choose(c, image="img:1", gpu_mode="none", gpu_index=None) == places.Container("img:1", False)
-    assert places.choose(c, image="img:1", gpu_mode="cdi", gpu_index="0,1") == places.Container("img:1", "cdi", "0,1")
-    cluster = places.choose(context(target="cu130-pip"), on="slurm", gpus="h100", dry_run=True)
+    assert places.choose(c, places.Flags(native=True, gpu_index="1")) == places.Native("1")
+    assert places.choose(c, places.Flags(image="img:1")) == places.Container("img:1", True, None)
+    assert places.choose(c, places.Flags(image="img:1", gpu_mode="none", gpu_index=None)) == places.Container("img:1", False)
+    assert places.choose(c, places.Flags(image="img:1", gpu_mode="cdi", gpu_index="0,1")) == places.Container("img:1", "cdi", "0,1")
+    cluster = places.choose(context(target="cu130-pip"), places.Flags(on="slurm", gpus="h100", dry_run=True))
     assert isinstance(cluster, places.Cluster) and cluster.target == "cu130-pip" and cluster.gpus == "h100"
-    assert isinstance(places.choose(c, resume="results/x"), places.Cluster)
+    assert isinstance(places.choose(c, places.Flags(resume="results/x")), places.Cluster)
 
 
 @pytest.mark.parametrize("flags, message", [
@@ -46,10 +46,14 @@ def test_the_flags_choose_one_place() -> None:
     ({"on": "slurm", "native": True}, "--native is for this machine; a cluster run uses the target's image"),
     ({"gpus": "h100"}, "--gpus, --profile and --dry-run are for cluster runs; add --on slurm"),
     ({"on": "pbs"}, "--on pbs: kernellab submits to slurm"),
+    ({"native": True, "host": "ssh://gpu-box"}, "--host is for a container; --native runs in this Python"),
+    ({"on": "slurm", "host": "ssh://gpu-box"}, "--host is another machine's Docker engine; a cluster run uses"),
+    ({"host": "gpu-box"}, r"--host gpu-box: give ssh://\[user@\]host\[:port\]"),
+    ({"host": "ssh://me@gpu-box:x"}, "the port is not a number"),
 ])
 def test_flags_that_do_not_go_together_are_one_sentence_and_exit_2(flags: dict, message: str) -> None:
     with pytest.raises((UsageError, ClusterError), match=message) as e:
-        places.choose(context(), **flags)
+        places.choose(context(), places.Flags(**flags))
     assert e.value.exit_code == 2
 
 

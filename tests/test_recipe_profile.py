@@ -12,8 +12,11 @@ import pytest
 
 from kernellab.errors import ClusterUsageError, KernellabError, ProfileError, RecipeError
 from kernellab.nsight import ncu, tools
+from kernellab.places import Flags
 from kernellab.recipes import capture, profile_cluster, read
 from kernellab.recipes import profile as profiles
+
+NO_GPU = Flags(gpu_mode="none")  # a run without a GPU
 
 
 def real_nsys() -> Path:
@@ -50,7 +53,7 @@ def test_an_unknown_case_or_experiment_is_one_sentence_naming_the_valid_ones():
 
 def test_ncu_is_refused_where_the_case_has_no_gpu_before_anything_is_built():
     with pytest.raises(ProfileError, match="Nsight Compute reads a GPU's counters.*target cpu has no CUDA"):
-        profiles.profile("demo", tool="ncu", gpu_mode=False, out=io.StringIO())
+        profiles.profile("demo", tool="ncu", where=NO_GPU, out=io.StringIO())
 
 
 @pytest.mark.parametrize(("flags", "says"), [
@@ -62,7 +65,7 @@ def test_ncu_is_refused_where_the_case_has_no_gpu_before_anything_is_built():
 ])
 def test_flags_that_cannot_work_are_refused_in_one_sentence(flags, says):
     with pytest.raises(KernellabError) as e:
-        profiles.profile("demo", gpu_mode=False, out=io.StringIO(), **flags)
+        profiles.profile("demo", where=NO_GPU, out=io.StringIO(), **flags)
     assert says in str(e.value)
 
 

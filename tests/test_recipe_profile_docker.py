@@ -14,8 +14,11 @@ import pytest
 from kernellab import engine
 from kernellab.errors import ProfileError
 from kernellab.nsight import tools
+from kernellab.places import Flags
 from kernellab.recipes import profile as profiles
 from test_recipe_profile import real_nsys
+
+NO_GPU = Flags(gpu_mode="none")  # a run without a GPU
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 SECRET = "planted-secret-123"
@@ -31,7 +34,7 @@ def docker(monkeypatch):
 def test_the_demos_first_case_is_captured_with_its_os_calls_and_no_secret_of_the_callers(docker, tmp_path, monkeypatch):
     exe = real_nsys()
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
-    folder = profiles.profile("demo", gpu_mode=False, seconds=120, results=tmp_path / "results", engine=docker,
+    folder = profiles.profile("demo", where=NO_GPU, seconds=120, results=tmp_path / "results", engine=docker,
                               out=io.StringIO())
     assert folder.parent == tmp_path / "results" / "demo" / "profiles" and folder.name.endswith("-blocked-n2048")
     assert not list(folder.parent.glob("*.partial")), "the .partial folder was renamed"
@@ -68,5 +71,5 @@ def test_an_nsys_without_its_report_importer_is_refused_in_the_container_and_lea
         importer.unlink()
     monkeypatch.setenv("KERNELLAB_NSYS", str(copy / exe.resolve().relative_to(prefix)))
     with pytest.raises(ProfileError, match="has no report importer"):
-        profiles.profile("demo", gpu_mode=False, results=tmp_path / "results", engine=docker, out=io.StringIO())
+        profiles.profile("demo", where=NO_GPU, results=tmp_path / "results", engine=docker, out=io.StringIO())
     assert not any((tmp_path / "results" / "demo" / "profiles").iterdir()), "nothing half-done is left"

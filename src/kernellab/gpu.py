@@ -49,20 +49,26 @@ def nvidia_smi() -> str | None:
     return str(candidate) if candidate.exists() else None
 
 
+#: nvidia-smi's arguments for the facts HostGpu holds (this machine's, or a server's through ssh).
+QUERY = "--query-gpu=index,name,uuid,compute_cap,driver_version,memory.total --format=csv,noheader,nounits"
+
+
 def host_gpus() -> list[HostGpu]:
     """The GPUs nvidia-smi reports; [] when there is no driver or no GPU."""
     smi = nvidia_smi()
     if smi is None:
         return []
     try:
-        r = proc.run([smi, "--query-gpu=index,name,uuid,compute_cap,driver_version,memory.total",
-                      "--format=csv,noheader,nounits"], check=False, timeout=60)
+        r = proc.run([smi, *QUERY.split()], check=False, timeout=60)
     except KernellabError:  # hung driver: treat as no GPU, doctor says so
         return []
-    if not r.ok:
-        return []
+    return parse_gpus(r.stdout) if r.ok else []
+
+
+def parse_gpus(text: str) -> list[HostGpu]:
+    """nvidia-smi's answer to QUERY as HostGpus."""
     gpus = []
-    for line in r.stdout.strip().splitlines():
+    for line in text.strip().splitlines():
         f = [x.strip() for x in line.split(",")]
         if len(f) < 6:
             continue

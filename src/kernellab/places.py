@@ -1,7 +1,9 @@
-"""Where a job runs: this machine (Native), a target's container (Container), or a cluster (Cluster).
+"""Where a job runs: this machine (Native), a target's container (Container) here or on another machine's Docker
+engine (--host ssh://...), or a cluster (Cluster).
 
-Every run task takes the same place flags (PLACE_HELP) and hands them to choose(), which returns one
-place; `place.run(job)` returns the job's exit code. Repository paths in a job's argv are mapped here,
+Every run task takes the same place flags: the fields of Flags, declared once here (their help in PLACE_HELP), added
+to each task by `kernellab.cli.task(place=True)`. choose() turns them into one place; `place.run(job)` returns the
+job's exit code. Repository paths in a job's argv are mapped here,
 in one place: as they are natively, under /workspace in a container, and refused when a container
 cannot see them. A test hands its own place through invoke's config (`kernellab.place`), so no test
 patches how a task starts a container.
@@ -11,7 +13,7 @@ from __future__ import annotations
 import shlex
 import sys
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Protocol, Sequence
 
@@ -20,7 +22,6 @@ from .container import runner
 from .engine import Engine, Image, resolve_engine
 from .errors import ClusterUsageError, UsageError
 from .jobs import Job
-from .nsight import tools
 
 #: One help text per place flag, shared by every run task.
 PLACE_HELP = {
@@ -32,12 +33,43 @@ PLACE_HELP = {
     "gpu_mode": "how the container gets the GPU: nvidia, cdi, devices, or none (default: the best doctor finds)",
     "gpu_index": "host GPU index (or N,M) to use, as nvidia-smi numbers them (default: Slurm's GPUs or "
                  "CUDA_VISIBLE_DEVICES where set, else all)",
+    "host": "run on another machine's Docker engine: ssh://[user@]host[:port] (docs/remote.md); the repository is "
+            "copied there, the image sent if it lacks it, results copied back",
     "on": "run on a cluster: slurm (the profile, cluster.toml, says how; docs/cluster.md)",
     "gpus": "GPU types from the profile, comma-separated (default: every type it names)",
     "profile": "the cluster profile (default: invoke config kernellab.cluster, $KERNELLAB_CLUSTER, ./cluster.toml)",
     "dry_run": "print the batch scripts (or Kubernetes Jobs) and submit nothing",
     "resume": "an earlier cluster run (results/<run>): submit only its tasks that left no results",
 }
+
+
+
+
+@dataclass(frozen=True)
+class Flags:
+    """The place flags of every run task, as the task received them (one field per flag, help in PLACE_HELP)."""
+
+    native: bool = False
+    target: str | None = None
+    image: str | None = None
+    engine: str | None = None
+    gpu_mode: str | None = None
+    gpu_index: str | None = None
+    host: str | None = None
+    on: str | None = None
+    gpus: str | None = None
+    profile: str | None = None
+    dry_run: bool = False
+    resume: str | None = None
+
+    @property
+    def on_cluster(self) -> bool:
+        return on_cluster(self.on, self.resume)
+
+
+assert [f.name for f in fields(Flags)] == list(PLACE_HELP), "every place flag has its help, in the same order"
+#: No place flag given: a container of the default target on this machine.
+DEFAULT = Flags()
 
 
 class Place(Protocol):
@@ -69,26 +101,37 @@ class Native:
 
 @dataclass(frozen=True)
 class Container:
-    """A container of `image`: the repository at /workspace, the caller's UID, the GPU as gpu_mode says."""
+    """A container of `image` on a host (this machine, or another one's engine): the repository at /workspace,
+    the caller's UID, the GPU as gpu_mode says."""
 
     image: str | Image               # a reference, or an Image already inspected (a target's, a recipe's)
     gpu_mode: bool | str = True
     gpu_index: str | None = None
     engine: Engine | None = None
+    host: runner.Host = runner.LOCAL
 
     def run(self, job: Job) -> int:
-        mounts: list[str] = list(job.mounts)
+        try:
+            return self._run(job)
+        finally:
+            self.host.bring_back()   # another machine's results, written or not (Ctrl-C too), come back
+
+    def _run(self, job: Job) -> int:
+        host = self.host
         env = dict(job.env)
-        mounts += tools.mounts(job.tools)  # the host's installs, found only when the image has none
+        # Mounted folders are the host's: another machine's copy of each (sent before, brought back after).
+        mounts = [host.mount(m) for m in job.mounts]
+        mounts += host.tool_mounts(job.tools)  # the host's installs, found only when the image has none
         if job.scratch is not None:
-            mounts.append(f"{job.scratch.resolve()}:{SCRATCH}")
+            mounts.append(f"{host.folder(job.scratch)}:{SCRATCH}")
             env["KERNELLAB_OUT"] = SCRATCH
         argv = list(job.with_paths(in_workspace))
         gpu_mode = self.gpu_mode if job.gpu else False
         gpu_index = self.gpu_index if job.gpu else None   # a job without a GPU (a recipe's input) attaches none
+        image = host.image(self.image)
         if job.output is None:
-            return runner.run(self.image, argv, gpu=gpu_mode, interactive=job.interactive, gpu_index=gpu_index,
-                              mounts=mounts, env=env or None, engine=self.engine)
+            return runner.run(image, argv, gpu=gpu_mode, interactive=job.interactive, gpu_index=gpu_index,
+                              mounts=mounts, env=env or None, engine=self.engine, host=host)
         eng = resolve_engine(self.engine)
         name = runner.new_name()
         timed_out = threading.Event()
@@ -102,8 +145,8 @@ class Container:
             timer.start()
         try:
             with open(job.output, "w") as f:
-                code = runner.run(self.image, argv, gpu=gpu_mode, gpu_index=gpu_index, name=name, out=f,
-                                  mounts=mounts, env=env or None, engine=eng)
+                code = runner.run(image, argv, gpu=gpu_mode, gpu_index=gpu_index, name=name, out=f,
+                                  mounts=mounts, env=env or None, engine=eng, host=host)
         finally:
             if timer:
                 timer.cancel()
@@ -172,26 +215,47 @@ def on_cluster(on: str | None, resume: str | None = None) -> bool:
     return bool(on or resume)
 
 
-def choose(c: Any, *, native: bool = False, target: str | None = None, image: str | None = None,
-           gpu_mode: str | None = None, gpu_index: str | None = None, on: str | None = None, gpus: str | None = None,
-           profile: str | None = None, resume: str | None = None, dry_run: bool = False, **_: Any) -> Place:
-    """The place the flags name (a test's own place when invoke's config has `kernellab.place`)."""
+def choose(c: Any, flags: Flags, image: Image | None = None) -> Place:
+    """The place the flags name (a test's own place when invoke's config has `kernellab.place`); image: the one to
+    run in instead of a target's (a recipe's own)."""
     config = c.config.get("kernellab", {})
     if config.get("place") is not None:
         return config["place"]
-    target = target or config.get("target")
-    if on_cluster(on, resume):
-        if native or image:
-            raise UsageError(f"--{'native' if native else 'image'} is for this machine; a cluster run uses the "
-                             "target's image (--target), converted for the cluster's runtime.")
-        return Cluster(target=target, gpus=gpus, profile=profile, configured=config.get("cluster"), resume=resume,
-                       dry_run=dry_run, argv=list(sys.argv))
-    if gpus or profile or dry_run:
+    target = flags.target or config.get("target")
+    if flags.on_cluster:
+        if flags.native or flags.image or image or flags.host:
+            wrong = ("native is for this machine" if flags.native else "host is another machine's Docker engine"
+                     if flags.host else "image is for this machine")
+            raise UsageError(f"--{wrong}; a cluster run uses the target's image (--target), converted for the "
+                             "cluster's runtime.")
+        return Cluster(target=target, gpus=flags.gpus, profile=flags.profile, configured=config.get("cluster"),
+                       resume=flags.resume, dry_run=flags.dry_run, argv=list(sys.argv))
+    if flags.gpus or flags.profile or flags.dry_run:
         raise UsageError("--gpus, --profile and --dry-run are for cluster runs; add --on slurm.")
-    if native:
-        if image or gpu_mode:
-            raise UsageError(f"--{'image' if image else 'gpu-mode'} is for a container; --native runs in this Python.")
-        return Native(gpu_index)
+    if flags.native:
+        if flags.image or flags.gpu_mode or flags.host:
+            wrong = "image" if flags.image else "gpu-mode" if flags.gpu_mode else "host"
+            raise UsageError(f"--{wrong} is for a container; --native runs in this Python, on this machine.")
+        return Native(flags.gpu_index)
     from .image import builder
 
-    return Container(image or builder.image_for_target(target), runner.gpu_choice(gpu_mode), gpu_index)
+    host = hosted(flags.host)
+    has_gpu = bool(host.gpus()) if flags.host and not (image or flags.image or target) else None   # another machine's default target follows its GPUs
+    return container(flags, image or flags.image or builder.image_for_target(target, has_gpu=has_gpu), host)
+
+
+def container(flags: Flags, image: str | Image, host: runner.Host | None = None,
+              engine: Engine | None = None) -> Container:
+    """A container of `image` (a target's, a recipe's) where the flags say (--host) with the GPUs they say; engine:
+    this machine's (default: the one this process chose)."""
+    host = host or hosted(flags.host)
+    return Container(image, runner.gpu_choice(flags.gpu_mode), flags.gpu_index, host.engine or engine, host)
+
+
+def hosted(url: str | None) -> runner.Host:
+    """The host --host names (another machine's Docker engine, reached by ssh), else this machine."""
+    if not url:
+        return runner.LOCAL
+    from . import remote
+
+    return remote.at(url)

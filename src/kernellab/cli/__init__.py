@@ -7,8 +7,10 @@ module that fails to import is an error, never a silently missing task.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
+import inspect
 from typing import Any, Callable, cast
 
 from invoke import Collection, Exit
@@ -19,7 +21,7 @@ from invoke.tasks import Task
 
 from .. import engine
 from ..errors import KernellabError
-from ..places import PLACE_HELP, choose
+from ..places import PLACE_HELP, Flags, choose
 
 #: Every task module (kernellab.cli.<name>), in the order `invoke --list` shows them. A new module is added here.
 MODULES = ("images", "containers", "devenv", "doctor", "kernels", "watch", "bench", "profile", "transfer", "cluster",
@@ -123,10 +125,15 @@ def task(*args: Any, **kwargs: Any) -> Any:
 
     optional_positional: positional arguments that may be left out at the end (the task sees ""); verbs: the verbs
     of a task whose first positional argument is one (`help` there shows the task's help; none shows it, exit 2).
+    place: the task runs work somewhere: it gets every place flag (kernellab.places.Flags, each with its help) and
+    receives them as one value, its keyword argument `where` (run_job(c, job, where) runs a job there).
     """
 
     optional = kwargs.pop("optional_positional", ())
     verbs = kwargs.pop("verbs", ())
+    place = kwargs.pop("place", False)
+    if place:
+        kwargs["help"] = {**PLACE_HELP, **kwargs.get("help", {})}
 
     def decorate(fn: Callable[..., Any]) -> Task:
         _OPTIONAL_POSITIONAL.update((fn.__name__.replace("_", "-"), name) for name in optional)
@@ -135,13 +142,18 @@ def task(*args: Any, **kwargs: Any) -> Any:
         @functools.wraps(fn)
         def body(c: Any, *a: Any, **kw: Any) -> Any:
             try:
-                engine.select(kw.get("engine") or c.config.get("kernellab", {}).get("engine"))
+                if place:
+                    kw["where"] = Flags(**{f: kw.pop(f) for f in PLACE_HELP if f in kw})
+                engine.select((kw["where"].engine if place else kw.get("engine"))
+                              or c.config.get("kernellab", {}).get("engine"))
                 return fn(c, *a, **kw)
             except KernellabError as e:
                 raise Exit(f"kernellab: {e}", code=e.exit_code) from None
             except KeyboardInterrupt:
                 raise Exit("kernellab: interrupted; nothing was tagged or left half-written.", code=130) from None
 
+        if place:
+            body.__signature__ = _with_place_flags(inspect.signature(fn))  # type: ignore[attr-defined]
         # Long flags only (and -k, a one-letter name): invoke's automatic short flags differ from task to task
         # (-p was --gpu-index in one and --gpu-mode in another) and run out of letters in a task with many flags.
         return cast(Task, invoke_task(body, **{"auto_shortflags": False, **kwargs}))  # invoke's task() is typed as returning a Callable
@@ -151,9 +163,18 @@ def task(*args: Any, **kwargs: Any) -> Any:
     return decorate
 
 
-def run_job(c: Any, job: Any, flags: dict[str, Any]) -> None:
-    """The task's place flags (its locals) -> a place; run the job there; its non-zero exit is the task's."""
-    code = choose(c, **{k: flags[k] for k in PLACE_HELP if k in flags}).run(job)
+def _with_place_flags(sig: inspect.Signature) -> inspect.Signature:
+    """A task's signature as invoke reads it: its own parameters but `where`, then one per place flag."""
+    own = [p for name, p in sig.parameters.items() if name != "where"]
+    flags = [inspect.Parameter(f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=f.default)
+             for f in dataclasses.fields(Flags)]
+    return sig.replace(parameters=[*own, *flags])
+
+
+def run_job(c: Any, job: Any, where: Flags, image: Any = None) -> None:
+    """Run the job where the task's place flags say (in `image`, a recipe's, instead of a target's); its non-zero
+    exit is the task's."""
+    code = choose(c, where, image).run(job)
     if code:
         raise Exit(code=code)
 

@@ -7,7 +7,7 @@ from typing import Any, Callable
 from .. import jobs
 from ..errors import RecipeError, UsageError
 from ..ops.spec import compile_select
-from ..places import PLACE_HELP
+from ..places import Flags
 from . import run_job, task
 
 WHEELHOUSE_HELP = "--against: the recipe image's pip packages from this folder of wheels only (no index needed)"
@@ -20,8 +20,7 @@ def refuse_wheelhouse(wheelhouse: str | None, verb: str) -> None:
                          f"installs nothing.")
 
 
-@task(help={
-    **PLACE_HELP,
+@task(place=True, help={
     "k": "only ops whose name matches EXPR (like pytest -k: words, and, or, not)",
     "quick": "first bench shape only, short measurements: a sanity check, not a figure to publish",
     "compare": "an earlier run (results/<run>): each row same/faster/slower; exit 1 on a regression",
@@ -30,35 +29,32 @@ def refuse_wheelhouse(wheelhouse: str | None, verb: str) -> None:
     "wheelhouse": WHEELHOUSE_HELP,
 })
 def bench(c: Any, k: str | None = None, quick: bool = False, compare: str | None = None, out: str | None = None,
-          against: str | None = None, wheelhouse: str | None = None, native: bool = False, target: str | None = None,
-          image: str | None = None, engine: str | None = None, gpu_mode: str | None = None, gpu_index: str | None = None, on: str | None = None,
-          gpus: str | None = None, profile: str | None = None, resume: str | None = None, dry_run: bool = False) -> None:
+          against: str | None = None, wheelhouse: str | None = None, *, where: Flags) -> None:
     """Benchmark kernels against PyTorch baselines (and a recipe's system: --against); results in results/<run>/."""
-    if (on or resume) and (compare or out):
+    if where.on_cluster and (compare or out):
         raise UsageError("--compare and --out are for runs on this machine; a cluster run writes "
                          "results/<run>/ and `invoke bench --compare` works on it afterwards.")
     if against:
         run_against(c, against, lambda offer: jobs.bench(k, quick=quick, compare=compare, out=out, system=offer),
-                     k=k, native=native, target=target, image=image, gpu_mode=gpu_mode, gpu_index=gpu_index,
-                     on=on or resume, verb="bench", wheelhouse=wheelhouse)
+                    k=k, where=where, verb="bench", wheelhouse=wheelhouse)
         return
     refuse_wheelhouse(wheelhouse, "bench")
-    run_job(c, jobs.bench(k, quick=quick, compare=compare, out=out), locals())
+    run_job(c, jobs.bench(k, quick=quick, compare=compare, out=out), where)
 
 
-def run_against(c: Any, name: str, make_job: Callable[[str], jobs.Job], *, k: str | None, native: bool, target: str | None,
-        image: str | None, gpu_mode: str | None, gpu_index: str | None, on: Any, verb: str,
-        wheelhouse: str | None = None) -> None:
+def run_against(c: Any, name: str, make_job: Callable[[str], jobs.Job], *, k: str | None, where: Flags, verb: str,
+                wheelhouse: str | None = None) -> None:
     """`--against RECIPE` (bench, profile): the job `make_job(offer_json)` makes, run in recipe `name`'s own image
     (built if missing, cached; its pip packages from the index, or offline from the wheelhouse folder) or natively,
     the recipe's published system offered beside PyTorch's baselines."""
     from ..bench.systems import Offer
     from ..recipes import build as builds
     from ..recipes import read
-    if on or image:
+    if where.on_cluster or where.image:
         raise UsageError(f"--against runs the {verb} in recipe {name}'s own image, here; "
-                         f"drop --{'image' if image else 'on'}.")
+                         f"drop --{'image' if where.image else 'on'}.")
     recipe = read.load(name)
+    native = where.native
     if native and wheelhouse:
         raise UsageError(f"--wheelhouse installs recipe {recipe.name}'s image offline; --native builds no image "
                          f"(the system is installed in this Python): drop one of them.")
@@ -70,14 +66,14 @@ def run_against(c: Any, name: str, make_job: Callable[[str], jobs.Job], *, k: st
         raise RecipeError(f"recipe {recipe.name} offers baselines for {', '.join(recipe.baselines)}, which -k {k!r} "
                           f"does not select.")
     # Repository paths (what a container sees at /workspace); --native may also name a recipe elsewhere.
-    where: Any = (lambda p: str(p.resolve())) if native else (lambda p: jobs.in_repository(p.resolve()))
-    offer = Offer(recipe.name, where(recipe.folder), {op: where(path) for op, path in recipe.baselines.items()},
+    seen: Any = (lambda p: str(p.resolve())) if native else (lambda p: jobs.in_repository(p.resolve()))
+    offer = Offer(recipe.name, seen(recipe.folder), {op: seen(path) for op, path in recipe.baselines.items()},
                   tuple(p.name for p in recipe.packages), recipe.paper.title)
     job = make_job(offer.to_json())
     if native:
-        run_job(c, job, {"native": True, "gpu_index": gpu_index})
+        run_job(c, job, where)
         return
-    built = builds.build(recipe, target=target, wheelhouse=Path(wheelhouse) if wheelhouse else None)
+    built = builds.build(recipe, target=where.target, wheelhouse=Path(wheelhouse) if wheelhouse else None)
     print(f"image {built.tags[0]} ({'unchanged' if built.cached else 'built'}): {recipe.name}'s system "
           f"({', '.join(p.requirement for p in recipe.packages) or 'its sources'}) beside PyTorch's baselines")
-    run_job(c, job, {"image": built.image_id, "gpu_mode": gpu_mode, "gpu_index": gpu_index})
+    run_job(c, job, where, built.image)

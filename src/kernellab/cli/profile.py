@@ -10,7 +10,7 @@ from ..errors import UsageError
 from ..nsight.ncu import SETS
 from ..nsight.sanitize import TOOLS
 from ..ops.spec import KERNELS, find_op
-from ..places import PLACE_HELP
+from ..places import Flags
 from . import run_job, task
 from .bench import WHEELHOUSE_HELP, refuse_wheelhouse, run_against
 
@@ -36,8 +36,8 @@ def _positive(flag: str, value: Any, kind: Callable[[str], Any]) -> Any:
     return number
 
 
-@task(iterable=["impl"], help={
-    **PLACE_HELP, "k": f"the op to profile: {_OP}", "kernels": _KERNELS,
+@task(place=True, iterable=["impl"], help={
+    "k": f"the op to profile: {_OP}", "kernels": _KERNELS,
     "shape": "an index into the op's bench shapes, or k=v,k=v (default: the first bench shape)",
     "dtype": "the dtype (default: the op's first bench dtype)",
     "impl": "only this candidate or baseline (repeatable; default: all of them)",
@@ -54,10 +54,7 @@ def _positive(flag: str, value: Any, kind: Callable[[str], Any]) -> Any:
 def profile(c: Any, k: str | None = None, shape: str | None = None, dtype: str | None = None,
             impl: list[str] | None = None, set: str = "basic", kernel: str | None = None, trace: bool = False,
             timeline: bool = False, calls: int | None = None, seconds: float | None = None, against: str | None = None,
-            wheelhouse: str | None = None, out: str | None = None, kernels: str | None = None, native: bool = False, target: str | None = None,
-            image: str | None = None, engine: str | None = None, gpu_mode: str | None = None,
-            gpu_index: str | None = None, on: str | None = None, gpus: str | None = None,
-            profile: str | None = None, resume: str | None = None, dry_run: bool = False) -> None:
+            wheelhouse: str | None = None, out: str | None = None, kernels: str | None = None, *, where: Flags) -> None:
     """Nsight Compute (or, --timeline, Nsight Systems) on the calls the benchmark times: candidate and baselines."""
     if set not in SETS:
         raise UsageError(f"unknown --set {set!r}; use one of {', '.join(SETS)}.")
@@ -75,20 +72,17 @@ def profile(c: Any, k: str | None = None, shape: str | None = None, dtype: str |
                             timeline=timeline, calls=n_calls, seconds=limit, system=system, out=out, kernels=kernels)
 
     if against:
-        run_against(c, against, make, k=op, native=native, target=target, image=image, gpu_mode=gpu_mode,
-                     gpu_index=gpu_index, on=on or resume, verb="profile", wheelhouse=wheelhouse)
+        run_against(c, against, make, k=op, where=where, verb="profile", wheelhouse=wheelhouse)
         return
     refuse_wheelhouse(wheelhouse, "profile")
-    run_job(c, make(), locals())
+    run_job(c, make(), where)
 
 
-@task(help={**PLACE_HELP, "k": f"the op whose checks run under compute-sanitizer: {_OP}", "kernels": _KERNELS,
-            "tool": "memcheck, racecheck, initcheck, synccheck, or all"})
-def sanitize(c: Any, k: str | None = None, tool: str = "memcheck", kernels: str | None = None, native: bool = False,
-             target: str | None = None, image: str | None = None, engine: str | None = None,
-             gpu_mode: str | None = None, gpu_index: str | None = None, on: str | None = None, gpus: str | None = None,
-             profile: str | None = None, resume: str | None = None, dry_run: bool = False) -> None:
+@task(place=True, help={"k": f"the op whose checks run under compute-sanitizer: {_OP}", "kernels": _KERNELS,
+                        "tool": "memcheck, racecheck, initcheck, synccheck, or all"})
+def sanitize(c: Any, k: str | None = None, tool: str = "memcheck", kernels: str | None = None, *,
+             where: Flags) -> None:
     """An op's checks under compute-sanitizer: each error with kernel, file:line and test case."""
     if tool not in (*TOOLS, "all"):
         raise UsageError(f"unknown --tool {tool!r}; use one of {', '.join(TOOLS)} or all.")
-    run_job(c, jobs.sanitize(_one_op(k, kernels, "sanitize"), tool=tool, kernels=kernels), locals())
+    run_job(c, jobs.sanitize(_one_op(k, kernels, "sanitize"), tool=tool, kernels=kernels), where)

@@ -6,11 +6,10 @@ from pathlib import Path
 
 from invoke import Context, Exit
 
-from .. import count, places
-from ..container.runner import gpu_choice
-from ..errors import RecipeError
-from . import ENGINE_HELP, GPU_MODE_HELP, task
-from .cluster import CLUSTER_HELP
+from .. import count
+from ..errors import RecipeError, UsageError
+from ..places import PLACE_HELP, Flags
+from . import task
 
 VERBS = ("list", "check", "build", "run", "profile", "shell", "export")
 
@@ -23,7 +22,7 @@ def recipes(c: Context) -> None:
     print(verbs.listing())
 
 
-@task(positional=["verb", "name"], optional_positional=["name"], verbs=VERBS, help={
+@task(place=True, positional=["verb", "name"], optional_positional=["name"], verbs=VERBS, help={
     "verb": "list, check, build, run, profile, shell or export (above: what each does)",
     "name": "the recipe (a folder under recipes/, or a path to one)",
     "fetch": "check: also fetch every source through your git mirror, verify its commit and submodule pins, and "
@@ -46,16 +45,14 @@ def recipes(c: Context) -> None:
     "locked": "build: install exactly the pip versions in recipes/NAME/locks/TARGET.json, or stop saying why not",
     "update": "build: resolve the recipe's pip packages afresh and rewrite its lock",
     "output": "export: the folder to write the bundle into", "chunk_size": "export: chunk size, e.g. 1G",
-    "gpu_mode": GPU_MODE_HELP, "gpu_index": "use only host GPU N", "engine": ENGINE_HELP,
-    **{k: f"run, profile: {v}" for k, v in CLUSTER_HELP.items()},
+    **{k: f"run, profile: {PLACE_HELP[k]}" for k in ("on", "gpus", "profile", "dry_run", "resume")},
+    "native": "not for recipes: a recipe runs in its own image", "image": "not for recipes: see --target",
 })
 def recipe(c: Context, verb: str, name: str | None = None, fetch: bool = False, k: str | None = None, quick: bool = False, stand_in: bool = False,
-           compare: str | None = None, step: int | None = None, target: str | None = None,
+           compare: str | None = None, step: int | None = None,
            wheelhouse: str | None = None, no_cache: bool = False, locked: bool = False, update: bool = False, output: str = "bundles", chunk_size: str = "2G",
-           gpu_mode: str | None = None, gpu_index: str | None = None, engine: str | None = None,
-           on: str | None = None, gpus: str | None = None, profile: str | None = None, dry_run: bool = False,
-           resume: str | None = None, out: str | None = None, experiment: str | None = None, case: str | None = None,
-           tool: str = "nsys", kernel: str | None = None, seconds: float = 600.0) -> None:
+           out: str | None = None, experiment: str | None = None, case: str | None = None,
+           tool: str = "nsys", kernel: str | None = None, seconds: float = 600.0, *, where: Flags) -> None:
     """Paper recipes: invoke recipe VERB [NAME] [--flags] (docs/recipes.md); each flag says the verbs it serves.
 
     list          the recipes under recipes/ (also: invoke recipes)
@@ -71,6 +68,10 @@ def recipe(c: Context, verb: str, name: str | None = None, fetch: bool = False, 
     from ..recipes import read, record, verbs
 
     results = Path(out) if out else record.RESULTS
+    if where.native or where.image:
+        raise UsageError(f"--{'native' if where.native else 'image'}: a recipe runs in its own image, built from the "
+                         f"recipe's environment (or --target's).")
+    target = where.target
     if verb not in VERBS:
         raise RecipeError(f"`invoke recipe {verb}` is not a verb; use one of {', '.join(VERBS)} "
                           f"(`invoke recipe --help`: the verbs and their flags; `invoke recipes`: the recipes).")
@@ -90,17 +91,17 @@ def recipe(c: Context, verb: str, name: str | None = None, fetch: bool = False, 
                               locking="strict" if locked else "update" if update else "prefer")
         how = "unchanged: nothing rebuilt" if built.cached else "built"
         print(f"{built.tags[0]} ({built.image_id[:19]}): {how} in {built.seconds:.1f} s")
-    elif verb == "run" and places.on_cluster(on, resume):
+    elif verb == "run" and where.on_cluster:
         from ..recipes import on_cluster
 
-        on_cluster.submit(name, gpus=gpus, profile=profile, k=k, quick=quick, target=target, dry_run=dry_run,
-                          resume=resume, configured=c.config.get("kernellab", {}).get("cluster"))
+        on_cluster.submit(name, gpus=where.gpus, profile=where.profile, k=k, quick=quick, target=target,
+                          dry_run=where.dry_run, resume=where.resume,
+                          configured=c.config.get("kernellab", {}).get("cluster"))
     elif verb == "run":
         old = record.load(compare) if compare else None
         try:
-            folder, verdicts, cases = verbs.run(name, target=target, k=k, quick=quick, stand_in=stand_in,
-                                                gpu_mode=gpu_choice(gpu_mode), gpu_index=gpu_index, wheelhouse=wheels,
-                                                results=results)
+            folder, verdicts, cases = verbs.run(name, where=where, k=k, quick=quick, stand_in=stand_in,
+                                                wheelhouse=wheels, results=results)
         except verbs.Stopped as stop:
             raise Exit(f"kernellab: interrupted after {stop.ran} of {count(stop.planned, 'case')}; what ran is recorded in "
                        f"{stop.folder}/summary.md (marked STOPPED EARLY).", code=130) from None
@@ -112,23 +113,23 @@ def recipe(c: Context, verb: str, name: str | None = None, fetch: bool = False, 
         failed = [x for x in cases if x.problem]
         if failed:
             raise Exit(f"kernellab: {len(failed)} of {count(len(cases), 'case')} failed (their output: {folder}/raw).", code=1)
-    elif verb == "profile" and places.on_cluster(on, resume):
+    elif verb == "profile" and where.on_cluster:
         from ..recipes import profile_cluster
 
         profile_cluster.submit(name, experiment=experiment, case=case, tool=tool, kernel=kernel, target=target,
-                               seconds=seconds, gpus=gpus, profile=profile, dry_run=dry_run, resume=resume,
-                               configured=c.config.get("kernellab", {}).get("cluster"))
+                               seconds=seconds, gpus=where.gpus, profile=where.profile, dry_run=where.dry_run,
+                               resume=where.resume, configured=c.config.get("kernellab", {}).get("cluster"))
     elif verb == "profile":
         from ..recipes import profile as profiles
 
-        folder = profiles.profile(name, experiment=experiment, case=case, tool=tool, kernel=kernel, target=target,
-                                  seconds=seconds, gpu_mode=gpu_choice(gpu_mode), gpu_index=gpu_index, results=results)
+        folder = profiles.profile(name, experiment=experiment, case=case, tool=tool, kernel=kernel, where=where,
+                                  seconds=seconds, results=results)
         print((folder / "summary.md").read_text(), end="")
         print(f"\nprofile: {folder}/ (summary.md, profile.json, timeline.png, the .nsys-rep for Nsight Systems' GUI)")
     elif verb == "shell":
         if step is not None and not str(step).isdigit():
             raise RecipeError(f"--step {step}: give a step number (1 is the first step).")
-        code = verbs.shell(name, step=int(step) if step is not None else None, target=target, gpu_mode=gpu_choice(gpu_mode), gpu_index=gpu_index)
+        code = verbs.shell(name, step=int(step) if step is not None else None, where=where)
         if code:
             raise Exit(code=code)
     else:

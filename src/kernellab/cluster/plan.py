@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 from .. import ROOT, jobs
 from ..errors import ClusterError, ClusterUsageError
+from ..provenance import Checkout
 
 #: Variables a task must not inherit from the submitting shell (they name this machine's folders).
 _LOCAL_ONLY = ("KERNELLAB_CACHE", "KERNELLAB_IMAGE_ID", "KERNELLAB_ENGINE", "KERNELLAB_CLUSTER")
@@ -51,6 +52,7 @@ class Plan:
     argv: list[str] = field(default_factory=list)   # how it was asked for (kernellab's own command line)
     python: str = "python3"                          # the nodes' Python (runtime none runs tasks in it)
     merger: str | None = None                        # "module:function" that writes a recipe run's own tables
+    checkout: Checkout | None = None                 # the kernellab that planned it, which the snapshot copies
 
     @property
     def gpus(self) -> list[str]:
@@ -92,6 +94,7 @@ class Plan:
         try:
             data = json.loads(Path(path).read_text())
             data["tasks"] = [Task(**t) for t in data["tasks"]]
+            data["checkout"] = Checkout.from_dict(data["checkout"]) if data.get("checkout") else None
             return cls(**data)
         except (OSError, ValueError, TypeError, KeyError) as e:
             raise ClusterError(f"{path} is not a kernellab cluster plan ({e}).") from None
@@ -135,7 +138,7 @@ def passed_env() -> dict[str, str]:
 
 def snapshot(dest: Path, root: Path = ROOT) -> int:
     """Copy the repository's files (tracked and untracked, not ignored; never results/) to dest; return the count."""
-    files = _listed(root)
+    files = repository_files(root)
     dest.mkdir(parents=True, exist_ok=True)
     count = 0
     for rel in files:
@@ -152,7 +155,9 @@ def snapshot(dest: Path, root: Path = ROOT) -> int:
     return count
 
 
-def _listed(root: Path) -> list[str]:
+def repository_files(root: Path = ROOT) -> list[str]:
+    """The repository's files as git lists them (tracked and untracked, not ignored), else a walk that skips what
+    kernellab makes."""
     if (root / ".git").exists() and shutil.which("git"):
         r = subprocess.run(["git", "-C", str(root), "ls-files", "-z", "-co", "--exclude-standard"],
                            capture_output=True, check=False)

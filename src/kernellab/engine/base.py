@@ -45,11 +45,17 @@ class Engine:
     #: GPU modes this engine can use at all (kernellab.gpu decides which work on this host).
     gpu_modes: tuple[str, ...] = ()
 
-    def __init__(self, cli: str | None = None):
+    def __init__(self, cli: str | None = None, host: str | None = None):
         self.cli = cli or self.name
+        self.host = host   # another machine's engine (ssh://user@box): every command line reaches it through the CLI
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.cli}>"
+        return f"<{type(self).__name__} {self.cli}{' at ' + self.host if self.host else ''}>"
+
+    @property
+    def command(self) -> list[str]:
+        """The CLI and the flags that point it at this engine: every command line starts with these."""
+        return [self.cli, *(["--host", self.host] if self.host else [])]
 
     # ------------------------------------------------------------ is it there
     def answers(self) -> bool:
@@ -72,7 +78,7 @@ class Engine:
     def _run(self, *args: str, check: bool = True, timeout: float | None = None) -> proc.Result:
         if shutil.which(self.cli) is None:
             raise EngineError(self.problem())
-        return proc.run([self.cli, *args], check=check, timeout=timeout)
+        return proc.run([*self.command, *args], check=check, timeout=timeout)
 
     def inspect(self, ref: str) -> dict[str, Any] | None:
         """`image inspect` of one image, or None when the engine has no such image."""
@@ -157,10 +163,10 @@ class Engine:
 
     def builder(self) -> list[str]:
         """The command that builds images (doctor shows it)."""
-        return [self.cli, "build"]
+        return [*self.command, "build"]
 
     def pull(self, ref: str, out: IO[str]) -> None:
-        proc.run([self.cli, "pull", ref], stream=True, out=out)
+        proc.run([*self.command, "pull", ref], stream=True, out=out)
 
     @contextlib.contextmanager
     def save(self, refs: Sequence[str]) -> Iterator[IO[bytes]]:
@@ -169,11 +175,11 @@ class Engine:
             yield stream
 
     def save_argv(self, refs: Sequence[str]) -> list[str]:
-        return [self.cli, "save", *refs]
+        return [*self.command, "save", *refs]
 
     def load_argv(self) -> list[str]:
         """The command that loads a save archive from its standard input."""
-        return [self.cli, "load"]
+        return [*self.command, "load"]
 
     @contextlib.contextmanager
     def load(self) -> Iterator[proc.Pipe]:
@@ -187,7 +193,7 @@ class Engine:
         container that is created for it and removed afterwards."""
         container = self._run("create", ref, "true", timeout=300).stdout.strip()
         try:
-            with proc.pipe_from([self.cli, "export", container]) as src:
+            with proc.pipe_from([*self.command, "export", container]) as src:
                 yield src
         finally:
             self._run("rm", "-f", container, check=False, timeout=120)
@@ -195,7 +201,7 @@ class Engine:
     @contextlib.contextmanager
     def import_rootfs(self, tag: str) -> Iterator[proc.Pipe]:
         """A pipe to write a root file system tar into; it becomes image `tag`."""
-        with proc.pipe_to([self.cli, "import", "-", tag]) as pipe:
+        with proc.pipe_to([*self.command, "import", "-", tag]) as pipe:
             yield pipe
 
     # ------------------------------------------------------------ command lines
@@ -225,7 +231,7 @@ class Engine:
                  publish: Sequence[str] = ()) -> list[str]:
         """`run` for one container: mounts are "host:container[:ro]", pass_env names host variables,
         publish is "host address:host port:container port" (nothing to publish on the host's network)."""
-        argv = [self.cli, "run"]
+        argv = [*self.command, "run"]
         if remove:
             argv.append("--rm")
         if init:

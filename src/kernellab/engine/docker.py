@@ -22,6 +22,8 @@ class Docker(Engine):
         except ImportError:
             raise DockerError("the docker Python package is missing; run `make setup` (or `pip install docker`).") \
                 from None
+        if self.host:  # ssh://: through the system's ssh client, as the CLI goes (keys, config, agent)
+            return docker.DockerClient(base_url=self.host, use_ssh_client=True, timeout=timeout)  # type: ignore[attr-defined]
         return docker.from_env(timeout=timeout)  # type: ignore[attr-defined]
 
     def answers(self) -> bool:
@@ -33,14 +35,17 @@ class Docker(Engine):
         if shutil.which(self.cli) is None:
             return False
         try:
-            return proc.run([self.cli, "version", "--format", "{{.Server.Version}}"], check=False, timeout=60).ok
+            return proc.run([*self.command, "version", "--format", "{{.Server.Version}}"], check=False, timeout=60).ok
         except KernellabError:
             return False
 
     def problem(self) -> str:
-        where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        where = self.host or os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
         if shutil.which(self.cli) is None:
             return "the docker CLI is not installed; run `make engine` (installs docker.io) or use `--engine podman`."
+        if self.host:
+            return (f"cannot reach the Docker engine at {where}: `ssh` to it must log in without a password "
+                    f"(a key) and find `docker` there; try `{' '.join(self.command)} version`.")
         return (f"cannot reach a Docker engine at {where}; start one (`make engine`, or `sudo systemctl start "
                 f"docker`), or use `--engine podman`, and check with `invoke doctor`.")
 
@@ -63,12 +68,12 @@ class Docker(Engine):
             raise EngineError("the docker CLI is not installed; run `make engine` or install docker.io.")
         for cli in candidates:
             if proc.run([cli, "buildx", "version"], check=False).ok:
-                return [cli, "buildx", "build", "--load"]
+                return [cli, *self.command[1:], "buildx", "build", "--load"]
         for cli in candidates:
             version = proc.run([cli, "version", "--format", "{{.Client.Version}}"], check=False).stdout.strip()
             major = re.match(r"(\d+)", version)
             if major and int(major.group(1)) < 23:  # before 23, `docker build` had BuildKit built in
-                return [cli, "build"]
+                return [cli, *self.command[1:], "build"]
         raise EngineError("no docker CLI here can build with BuildKit: install the buildx plugin "
                           "(docker-buildx) or Debian's docker.io client.")
 

@@ -31,7 +31,7 @@ class Podman(Engine):
         if shutil.which(self.cli) is None:
             return False
         try:
-            return proc.run([self.cli, "info", "--format", "{{.Host.OCIRuntime.Name}}"], check=False, timeout=60).ok
+            return proc.run([*self.command, "info", "--format", "{{.Host.OCIRuntime.Name}}"], check=False, timeout=60).ok
         except KernellabError:
             return False
 
@@ -39,7 +39,7 @@ class Podman(Engine):
         if shutil.which(self.cli) is None:
             return "podman is not installed; `sudo apt-get install podman uidmap catatonit` (rootless needs /etc/subuid entries), " \
                    "or use `--engine docker`."
-        return self._not_answering(proc.run([self.cli, "info"], check=False, timeout=60))
+        return self._not_answering(proc.run([*self.command, "info"], check=False, timeout=60))
 
     def _not_answering(self, r: proc.Result) -> str:
         """The sentence for a `podman info` that failed with r."""
@@ -50,7 +50,7 @@ class Podman(Engine):
         return f"podman does not answer (`podman info`: {why});{hint} check `podman info`, or use `--engine docker`."
 
     def info(self) -> EngineInfo:
-        r = proc.run([self.cli, "info", "--format", "json"], check=False, timeout=60)
+        r = proc.run([*self.command, "info", "--format", "json"], check=False, timeout=60)
         if not r.ok:
             raise EngineError(self._not_answering(r))
         raw = json.loads(r.stdout)
@@ -65,7 +65,7 @@ class Podman(Engine):
                    secrets: dict[str, Path] | None = None, build_args: Sequence[str] = (),
                    no_cache: bool = False, target: str | None = None) -> tuple[list[str], dict[str, str]]:
         # --format docker keeps LABELs and the Dockerfile's metadata exactly as Docker would.
-        argv = [self.cli, "build", "--format", "docker", "--layers", "--network", network, "--iidfile", str(iidfile)]
+        argv = [*self.command, "build", "--format", "docker", "--layers", "--network", network, "--iidfile", str(iidfile)]
         for sid, src in (secrets or {}).items():
             argv += ["--secret", f"id={sid},src={src}"]
         for t in tags:
@@ -75,7 +75,7 @@ class Podman(Engine):
         return argv, {}
 
     def save_argv(self, refs: Sequence[str]) -> list[str]:
-        return [self.cli, "save", "--format", "docker-archive", *(["-m"] if len(refs) > 1 else []), *refs]
+        return [*self.command, "save", "--format", "docker-archive", *(["-m"] if len(refs) > 1 else []), *refs]
 
     def run_argv(self, image: str, command: Sequence[str] = (), **kw: Any) -> list[str]:
         if kw.get("init", True) and not self.has_init():
@@ -98,7 +98,7 @@ class Podman(Engine):
         return (network or "host") == "host"
 
     def pull(self, ref: str, out: IO[str]) -> None:
-        proc.run([self.cli, "pull", qualified(ref)], stream=True, out=out)
+        proc.run([*self.command, "pull", qualified(ref)], stream=True, out=out)
 
     def untag(self, ref: str) -> None:
         # `podman rmi` refuses an image that has children (the staging image under the final one).

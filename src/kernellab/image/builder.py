@@ -306,10 +306,10 @@ def _label_and_tag(eng: Engine, built_id: str, lock: dict[str, Any], digest: str
         eng.untag(staging)
 
 
-def image_for_target(name: str | None = None, engine: Engine | None = None) -> Image:
-    """The image of a named target (or the default target of this machine), if it was built: inspected once,
-    handed on as a value."""
-    name = name or default_target()
+def image_for_target(name: str | None = None, engine: Engine | None = None, has_gpu: bool | None = None) -> Image:
+    """The image of a named target (or the default target of this machine, or of one that has_gpu says), if it was
+    built: inspected once, handed on as a value."""
+    name = name or default_target(has_gpu)
     ref = f"kernellab:{name}"
     eng = resolve_engine(engine).require()
     found = eng.find_image(ref)
@@ -318,11 +318,12 @@ def image_for_target(name: str | None = None, engine: Engine | None = None) -> I
     return found
 
 
-def default_target() -> str:
-    """The named target marked default_for "gpu" when this machine has an NVIDIA GPU, else for "cpu"."""
+def default_target(has_gpu: bool | None = None) -> str:
+    """The named target marked default_for "gpu" when this machine (or the one has_gpu speaks of) has an NVIDIA
+    GPU, else for "cpu"."""
     from .. import gpu
 
-    want = "gpu" if gpu.host_gpus() else "cpu"
+    want = "gpu" if (gpu.host_gpus() if has_gpu is None else has_gpu) else "cpu"
     for name, t in load().targets.items():
         if t.default_for == want:
             return name

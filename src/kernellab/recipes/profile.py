@@ -22,11 +22,12 @@ from collections import defaultdict
 from pathlib import Path
 from typing import IO, Any, Callable
 
-from .. import count, jobs, proc
+from .. import count, jobs, places, proc
+from ..container.runner import gpu_choice
 from ..engine import Engine, resolve_engine
 from ..errors import ProfileError, RecipeError
 from ..nsight import ncu, nsys, timeline, tools
-from ..places import Container, Place
+from ..places import DEFAULT, Flags, Place
 from . import build as builds
 from . import checks, experiments, inputs, manifest, model, read, record, verbs
 from .capture import OUTPUT, SECONDS, STATUS, TOOLS
@@ -52,20 +53,21 @@ def choose_case(recipe: model.Recipe, experiment: str | None, case: str | None) 
 
 
 def profile(name: str, *, experiment: str | None = None, case: str | None = None, tool: str = "nsys",
-            kernel: str | None = None, target: str | None = None, seconds: float = SECONDS,
-            gpu_mode: bool | str = True, gpu_index: str | None = None, results: Path = record.RESULTS,
-            engine: Engine | None = None, place: Place | None = None, out: IO[str] = sys.stdout) -> Path:
-    """Capture one case under nsys (and ncu with tool="ncu"); return the finished folder."""
+            kernel: str | None = None, where: Flags = DEFAULT, seconds: float = SECONDS,
+            results: Path = record.RESULTS, engine: Engine | None = None, place: Place | None = None,
+            out: IO[str] = sys.stdout) -> Path:
+    """Capture one case under nsys (and ncu with tool="ncu") where the place flags say; return the finished folder."""
+    target, gpu_mode, host = where.target, gpu_choice(where.gpu_mode), places.hosted(where.host)
     recipe, exp, params, spec = check_case(name, experiment, case, tool, kernel, target, seconds)
     checks.check_gpu_mode(recipe, spec, gpu_mode)
-    gpus = verbs.chosen_gpus_of(gpu_index)
+    gpus = verbs.chosen_gpus_of(where.gpu_index, host)
     with_gpu = bool(spec.cuda) and gpu_mode is not False and bool(gpus)
     if tool == "ncu":
         _check_ncu(spec.target, with_gpu)
     inside_nsys = _host_override("nsys")
     eng = resolve_engine(engine).require()
     built = builds.build(recipe, target=target, engine=eng, out=out)
-    place = place or Container(built.image, gpu_mode, gpu_index, eng)
+    place = place or places.container(where, built.image, host, eng)
     ready = inputs.prepare_all(recipe, inputs.needed([exp]), place=place, out=out)
     doc = about(recipe, exp, params, spec, built, eng, with_gpu=with_gpu, seconds=seconds, tool=tool)
     key = experiments.slug(exp.name, params)

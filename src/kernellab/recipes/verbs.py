@@ -9,10 +9,11 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from .. import count, gpu, jobs
+from .. import count, gpu, jobs, places
+from ..container.runner import LOCAL, Host, gpu_choice
 from ..engine import Engine, resolve_engine
 from ..errors import RecipeError
-from ..places import Container, Place
+from ..places import DEFAULT, Flags, Place
 from . import build as builds
 from . import checks, claims, experiments, inputs, manifest, model, read, record, sources, values
 
@@ -104,18 +105,18 @@ def _origin(i: model.Input) -> str:
     return "; ".join(parts)
 
 
-def run(name: str, *, target: str | None = None, k: str | None = None, quick: bool = False, stand_in: bool = False,
-        gpu_mode: bool | str = True, gpu_index: str | None = None, wheelhouse: Path | None = None,
-        place: Place | None = None, results: Path = record.RESULTS, engine: Engine | None = None,
-        out: IO[str] = sys.stdout) -> tuple[Path, list[claims.Verdict], list[experiments.Case]]:
+def run(name: str, *, where: Flags = DEFAULT, k: str | None = None, quick: bool = False, stand_in: bool = False,
+        wheelhouse: Path | None = None, place: Place | None = None, results: Path = record.RESULTS,
+        engine: Engine | None = None, out: IO[str] = sys.stdout) -> tuple[Path, list[claims.Verdict], list[experiments.Case]]:
     """Build (cached), run the selected experiments, judge the claims, write the record; return its folder.
 
-    Every case is a job (kernellab.jobs.recipe_case) of one place: a container of the built image, as gpu_mode and
-    gpu_index say (a test may hand its own place)."""
+    Every case is a job (kernellab.jobs.recipe_case) of one place: a container of the built image where the place
+    flags say (this machine, or --host), with the GPUs they say (a test may hand its own place)."""
     recipe = read.load(name)
     selected = experiments.select(recipe, k)
     eng = resolve_engine(engine).require()
-    chosen_gpus = chosen_gpus_of(gpu_index)
+    target, gpu_mode, host = where.target, gpu_choice(where.gpu_mode), places.hosted(where.host)
+    chosen_gpus = chosen_gpus_of(where.gpu_index, host)
     # Before the build (which may take minutes): what this target can run, and whether this machine can.
     spec, _ = builds.resolve_target(recipe, target)
     chosen = experiments.runnable(selected, cuda=spec.cuda, target=spec.target, recipe=recipe, out=out)
@@ -125,7 +126,7 @@ def run(name: str, *, target: str | None = None, k: str | None = None, quick: bo
     checks.check_host(recipe, gpus=chosen_gpus, run=True, built=spec.ccs if spec.cuda else ())
     built = builds.build(recipe, target=target, wheelhouse=wheelhouse, engine=eng, out=out)
     out.write(f"image {built.tags[0]} ({'unchanged, not rebuilt' if built.cached else f'built in {built.seconds:.0f} s'})\n")
-    place = place or Container(built.image, gpu_mode, gpu_index, eng)
+    place = place or places.container(where, built.image, host, eng)
     ready = inputs.prepare_all(recipe, inputs.needed(chosen), place=place, quick=quick, stand_in=stand_in, out=out)
     about = record.machine(chosen_gpus[0] if chosen_gpus else None)
     gpu_name = (about["gpu"] or {}).get("name")
@@ -171,16 +172,16 @@ def image_facts(recipe: model.Recipe, built: builds.Built, eng: Engine) -> dict[
             "recipe_manifest_sha256": labels.get("kernellab.recipe-manifest-sha256")}
 
 
-def chosen_gpus_of(gpu_index: str | None) -> list[gpu.HostGpu]:
-    """The GPUs a run's container gets, as kernellab.container.runner picks them (--gpu-index, Slurm's,
+def chosen_gpus_of(gpu_index: str | None, host: Host = LOCAL) -> list[gpu.HostGpu]:
+    """The GPUs of the host a run's container gets, as kernellab.container.runner picks them (--gpu-index, Slurm's,
     CUDA_VISIBLE_DEVICES); the first of all of them without a selection."""
-    host = gpu.host_gpus()
-    selected = gpu.selected_gpus(gpu_index, gpus=host)
-    return host[:1] if selected is None else [g for g in host if str(g.index) in selected]
+    there = host.gpus()
+    selected = host.selected_gpus(gpu_index)
+    return there[:1] if selected is None else [g for g in there if str(g.index) in selected]
 
 
-def shell(name: str, *, step: int | None = None, target: str | None = None, gpu_mode: bool | str = True,
-          gpu_index: str | None = None, engine: Engine | None = None, out: IO[str] = sys.stdout) -> int:
+def shell(name: str, *, step: int | None = None, where: Flags = DEFAULT, engine: Engine | None = None,
+          out: IO[str] = sys.stdout) -> int:
     """A shell in the recipe's image, or in the state before step N (/src as step N finds it), with the prepared
     sources of this machine mounted writable at /sources: fix there, turn the fix into a patch, build again."""
     recipe = read.load(name)
@@ -188,7 +189,7 @@ def shell(name: str, *, step: int | None = None, target: str | None = None, gpu_
         raise RecipeError(f"--step {step}: recipe {recipe.name} has steps 1 to {len(recipe.steps)} "
                           f"({', '.join(s.name for s in recipe.steps)}).")
     eng = resolve_engine(engine).require()
-    built = builds.build(recipe, target=target, upto=step, engine=eng, out=out)
+    built = builds.build(recipe, target=where.target, upto=step, engine=eng, out=out)
     # The user's own copy of the patched sources: kept between shells, and never read by a build.
     mine = (values.context_dir(recipe.name) / "sources").resolve()
     if not mine.is_dir():
@@ -200,7 +201,7 @@ def shell(name: str, *, step: int | None = None, target: str | None = None, gpu_
                   f"sources, writable, kept; no build reads it; delete it for a fresh one): `git -C {mine} diff` there "
                   f"shows the recipe's patches and your fix; save the fix as recipes/{recipe.name}/patches/NAME.diff, "
                   f"add it to recipe.toml, build again.\n")
-    return Container(built.image, gpu_mode, gpu_index, eng).run(
+    return places.container(where, built.image, engine=eng).run(
         dataclasses.replace(jobs.shell(), interactive=True, mounts=(f"{mine}:/sources",)))
 
 
