@@ -81,12 +81,10 @@ def test_an_appended_step_reruns_none_before_it_and_the_name_tag_follows_a_rever
 def test_two_runs_started_in_the_same_second_both_keep_their_records(paper, tmp_path, monkeypatch):
     import threading
 
-    from kernellab.recipes import record
-
     root, commits = paper
     folder = write_recipe(root / "r" / "fastop", commits)
     build.build(read.load(str(folder)), engine=DOCKER, out=io.StringIO())
-    monkeypatch.setattr(record.time, "strftime", lambda fmt, *a: "20261125-120000" if "%Y" in fmt else "x")
+    monkeypatch.setattr(time, "strftime", lambda fmt, *a: "20261125-120000" if "%Y" in fmt else "x")
     runs: dict[str, object] = {}
 
     def run(k: str) -> None:

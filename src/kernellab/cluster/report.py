@@ -69,11 +69,13 @@ def gather(plan: Plan, outcomes: Sequence[Outcome], local: Path) -> None:
 
 
 def record(plan: Plan, outcomes: Sequence[Outcome], local: Path) -> Path:
-    """results/<run>/cluster.json: the run (its shared folder, image, jobs) and each task's outcome."""
+    """results/<run>/cluster.json: the run (its shared folder, image, jobs, the command line and checkout that planned
+    it) and each task's outcome."""
     local.mkdir(parents=True, exist_ok=True)
     doc = {"run": plan.run, "kind": plan.kind, "rundir": plan.rundir, "runtime": plan.runtime,
            "gpu_mode": plan.gpu_mode,
            "image": plan.image, "jobs": plan.jobs, "select": plan.select, "argv": plan.argv,
+           "checkout": plan.checkout.to_dict() if plan.checkout else None,
            "written": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
            "tasks": [{"gpu": o.task.gpu, "index": o.task.index, "name": o.task.name, "state": o.state,
                       "detail": o.detail, "status": o.status, "log": o.log} for o in outcomes]}

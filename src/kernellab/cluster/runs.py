@@ -25,6 +25,7 @@ from typing import IO, Any, Sequence
 from .. import ROOT
 from ..errors import ClusterError, ClusterUsageError
 from ..ops import spec
+from ..provenance import Checkout
 from . import images, kube, slurm
 from .follow import Interrupted, Outcome, follow, outcome, progress_counts, progress_word
 from .plan import Plan, Task, exact_select, passed_env, snapshot, task_argv
@@ -65,7 +66,7 @@ def start(req: Request, profile: Profile, *, out: IO[str] | None = None, poll_s:
     tasks = _tasks(req, run, gpus)
     plan = Plan(run=run, kind=req.kind, rundir=str(rundir), runtime=profile.runtime, gpu_mode=profile.gpu_mode,
                 image={}, tasks=tasks, select=req.select, argv=list(req.argv), python=profile.python,
-                merger=req.merger)
+                merger=req.merger, checkout=None if req.dry_run else Checkout.here())
     if req.dry_run:
         _dry_run(plan, profile, req, out)
         return rundir

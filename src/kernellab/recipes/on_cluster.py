@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
-from typing import IO, Any, Sequence
+from typing import IO, Any, Mapping, Sequence, TypedDict
 
+from .. import engine
 from ..cluster import profile as profiles
 from ..cluster import runs
-from ..errors import RecipeError
+from ..engine import Engine
+from ..errors import KernellabError, RecipeError
+from ..provenance import Checkout, GpuFacts, Machine, now
 from . import build, claims, experiments, manifest, read, record
+from .pins import Wheel
 
 
 def submit(name: str, *, gpus: str | None, profile: str | None, k: str | None = None, quick: bool = False,
@@ -34,35 +39,78 @@ def submit(name: str, *, gpus: str | None, profile: str | None, k: str | None = 
     return runs.start(req, prof, out=out)
 
 
-def task_output(folder: Path) -> dict[str, Any]:
-    """What one task wrote (kernellab.recipes.task): the recipe's name, its image's manifest, its cases."""
+class TaskOutput(TypedDict):
+    """What one task wrote (kernellab.recipes.task): the recipe's name, whether --quick, the node's machine, its
+    image's manifest, its cases and packages."""
+
+    recipe: str
+    quick: bool
+    machine: Machine | None
+    manifest: manifest.Manifest | None
+    cases: list[experiments.Case]
+    packages: dict[str, Wheel]
+    image_id: str              # tasks before the plan named the image: KERNELLAB_IMAGE_ID, set on Docker only
+
+
+def task_output(folder: Path) -> TaskOutput:
     data = json.loads((folder / "cases.json").read_text())
-    data["cases"] = [experiments.Case.from_dict(c) for c in data["cases"]]
-    data["manifest"] = manifest.Manifest.from_dict(data["manifest"]) if data.get("manifest") else None
-    return dict(data)
+    return TaskOutput(recipe=data["recipe"], quick=data.get("quick", False),
+                      machine=Machine.from_dict(data["machine"]) if data.get("machine") else None,
+                      manifest=manifest.Manifest.from_dict(data["manifest"]) if data.get("manifest") else None,
+                      cases=[experiments.Case.from_dict(c) for c in data["cases"]],
+                      packages=data.get("packages") or {}, image_id=data.get("image_id", ""))
 
 
-def merge(local: Path, gpus: Sequence[str], tasks: Sequence[tuple[str, str, dict[str, Any]]]) -> str:
-    """Per GPU type: its tasks' cases as one record in local/<gpu>/ (claims judged on that GPU); returns the table
-    of verdicts across GPU types for the run's summary."""
+def planned(local: Path) -> tuple[dict[str, str], list[str], str | None, Checkout]:
+    """What the submitting side put in the run's plan (cluster.json, kernellab.cluster.report.record): the image
+    the nodes ran (its ID and reference), the command line, the runtime and the kernellab checkout."""
+    path = local / "cluster.json"
+    data = json.loads(path.read_text()) if path.is_file() else {}
+    return (dict(data.get("image") or {}), list(data.get("argv") or []), data.get("runtime"),
+            Checkout.from_dict(data.get("checkout") or {}))
+
+
+def image_facts(image_id: str, base_id: str | None, eng: Engine | None = None) -> dict[str, str | None]:
+    """What this machine's engine knows of the image the nodes ran (its labels and its base's), as a run here
+    records them (recipes.verbs.image_facts); nothing where the engine no longer has it."""
+    try:
+        eng = eng or engine.current()
+        return {"base_lock_sha256": eng.labels(base_id).get("kernellab.lock-sha256") if base_id else None,
+                "recipe_manifest_sha256": eng.labels(image_id).get("kernellab.recipe-manifest-sha256")}
+    except KernellabError:
+        return {}
+
+
+def merge(local: Path, gpus: Sequence[str], tasks: Sequence[tuple[str, str, Mapping[str, Any]]], *,
+          eng: Engine | None = None) -> str:
+    """Per GPU type: its tasks' cases as one record in local/<gpu>/ (claims judged on that GPU), its provenance
+    collected as a run here collects it (the machine by the node, the checkout and image ID from the plan); returns
+    the table of verdicts across GPU types for the run's summary."""
     verdicts: dict[str, dict[str, claims.Verdict]] = {}
     recipe = None
+    image, argv, runtime, checkout = planned(local)
     for g in gpus:
         parts = [task_output(local / g / name) for gpu, name, _ in tasks if gpu == g
                  and (local / g / name / "cases.json").is_file()]
         if not parts:
             continue
-        recipe = read.load(parts[0]["recipe"])
+        made = parts[0]
+        recipe = read.load(made["recipe"])
         cases = [c for p in parts for c in p["cases"]]
         status = next((s for gpu, _, s in tasks if gpu == g and s.get("gpus")), {})
-        gpu_name = (status.get("gpus") or [{}])[0].get("name")
+        machine = replace(made["machine"] or Machine(status.get("host")), gpu_type=g)
+        gpu_name = machine.gpu_name or (status.get("gpus") or [{}])[0].get("name")
+        if machine.gpu is None and gpu_name:  # a task from before the node collected its machine
+            machine = replace(machine, gpu=GpuFacts(name=gpu_name))
         judged = claims.judge(recipe, cases, gpu_name=gpu_name)
         verdicts[g] = {v.claim: v for v in judged}
-        machine = {"gpu": {"name": gpu_name} if gpu_name else None, "driver": None, "clocks": {},
-                   "host": status.get("host"), "gpu_type": g}
-        record.write(local / g, record.new(recipe, manifest=parts[0]["manifest"], image_id=parts[0].get("image_id", ""), machine=machine, cases=cases,
-                                           verdicts=judged, quick=parts[0].get("quick", False),
-                                           packages=parts[0].get("packages", {})))
+        image_id = image.get("id") or made["image_id"]
+        base_id = made["manifest"].base_image if made["manifest"] else None
+        facts = {"tag": image.get("ref"), **(image_facts(image_id, base_id, eng) if image_id else {})}
+        record.write(local / g, record.new(recipe, manifest=made["manifest"], image_id=image_id, image_facts=facts,
+                                           machine=machine, checkout=checkout, cases=cases, verdicts=judged,
+                                           quick=made["quick"], packages=made["packages"], date=now(), argv=argv,
+                                           engine=runtime))
     if recipe is None:
         return "No task left cases to judge: the task table below says why."
     rows = ["| claim | paper | " + " | ".join(gpus) + " |", "|---|---|" + "---|" * len(gpus)]

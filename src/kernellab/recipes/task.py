@@ -4,8 +4,10 @@
 
 The cluster task is already the container (GPU attached, /workspace the run's snapshot of the repository), so
 each case's job runs here in the Native place, as a process, in /src. It writes FOLDER/cases.json (what
-`invoke recipe run` records for a case) and FOLDER/raw/, which the submitting side gathers and judges per GPU
-type (kernellab.recipes.on_cluster). Standard library and kernellab's source only: the image's Python runs it.
+`invoke recipe run` records for a case, and what only this node knows of the run: its machine, GPU, driver and
+clocks) and FOLDER/raw/, which the submitting side gathers and judges per GPU type (kernellab.recipes.on_cluster;
+the checkout and the image ID come from the plan there, on every runtime). Standard library and kernellab's
+source only: the image's Python runs it.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from pathlib import Path
 
 from ..errors import KernellabError
 from ..places import Native, Place
+from ..provenance import Machine
 from . import experiments, manifest, pins, read
 
 #: Where a recipe's image keeps its manifest (with the values its commands were built with) and the recipe itself.
@@ -44,7 +47,7 @@ def main(argv: list[str] | None = None, place: Place | None = None) -> int:
         print(f"kernellab: {e}", file=sys.stderr)
         return e.exit_code or 1
     report = Path(pins.REPORT)  # the system's packages as this image's pip layer installed them
-    done = {"recipe": a.recipe, "quick": a.quick, "image_id": os.environ.get("KERNELLAB_IMAGE_ID", ""),
+    done = {"recipe": a.recipe, "quick": a.quick, "machine": Machine.of_task(os.environ).to_dict(),
             "manifest": made_of.to_dict() if made_of else None, "cases": [c.to_dict() for c in cases],
             "packages": pins.wheels(report.read_text(), recipe) if recipe.packages and report.is_file() else {}}
     (a.out / "cases.json").write_text(json.dumps(done, indent=1) + "\n")
