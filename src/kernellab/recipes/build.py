@@ -29,7 +29,9 @@ from ..image import builder, network
 from ..image.spec import Spec
 from ..image.targets import Matrix, load, parse_target
 from . import checks, index, manifest, pins, sources, values
+from .manifest import Verified
 from .model import Recipe, substitute
+from .values import Values
 
 REPO = "kernellab-recipe"
 #: Printed by every step before its command: the last one in a failed build's log is the failed step.
@@ -46,7 +48,7 @@ class Environment:
     spec: Spec
     base: str                  # the target's image reference
     base_id: str
-    values: dict[str, Any]
+    values: Values
     build_hash: str            # what the recipe's image is a function of
 
     @property
@@ -227,7 +229,7 @@ class _Tee:
         return bool(getattr(self.outs[0], "isatty", lambda: False)())
 
 
-def _context(recipe: Recipe, env: Environment, ctx: Path, out: IO[str]) -> dict[str, Any]:
+def _context(recipe: Recipe, env: Environment, ctx: Path, out: IO[str]) -> dict[str, Verified]:
     """The build context: the sources made fresh from their verified commits and patched (on every build: no
     earlier tree is trusted), the recipe's folder."""
     provenance = sources.prepare(recipe, ctx / "src", out)
@@ -238,7 +240,7 @@ def _context(recipe: Recipe, env: Environment, ctx: Path, out: IO[str]) -> dict[
     return dict(provenance)
 
 
-def _manifest(recipe: Recipe, env: Environment, provenance: dict[str, Any]) -> manifest.Manifest:
+def _manifest(recipe: Recipe, env: Environment, provenance: dict[str, Verified]) -> manifest.Manifest:
     return manifest.Manifest(
         recipe=recipe.name, recipe_sha256=env.build_hash, recipe_files_sha256=recipe.digest(),
         target=env.spec.target, base_image=env.base_id, spec_sha256=env.spec.digest, sources=provenance,
@@ -273,7 +275,7 @@ def wheels_in(recipe: Recipe, image: str, eng: Engine) -> dict[str, pins.Wheel]:
     return pins.wheels(r.stdout, recipe) if r.ok else {}
 
 
-def dockerfile(recipe: Recipe, env: Environment, provenance: dict[str, Any], manifest_sha: str,
+def dockerfile(recipe: Recipe, env: Environment, provenance: dict[str, Verified], manifest_sha: str,
                pinned: list[str] | None = None, fresh: str | None = None) -> str:
     """pinned: the recipe's pins (`name==version`), installed instead of the recipe's pip list;
     fresh: a stamp that makes the pip line new to the build cache (resolve again)."""

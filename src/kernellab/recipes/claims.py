@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 from .. import shown
 from ..errors import RecipeError
 from .experiments import Case, short_problem
-from .model import Claim, Recipe
+from .model import Claim, Params, Recipe
 
 REPRODUCED, WITHIN, NOT_REPRODUCED, NOT_RUN, NOT_JUDGED = (
     "reproduced", "within tolerance", "not reproduced", "not run", "not judged")
@@ -41,7 +41,7 @@ class Verdict:
     where: str
     tolerance: float
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
@@ -56,7 +56,7 @@ def same_gpu_model(paper_gpu: str, gpu_name: str) -> bool:
     return paper_gpu.lower().replace(" ", "") in words
 
 
-def _find(cases: Sequence[Case], experiment: str, case: dict[str, Any]) -> Case | None:
+def _find(cases: Sequence[Case], experiment: str, case: Params) -> Case | None:
     return next((c for c in cases if c.experiment == experiment and all(c.params.get(k) == v for k, v in case.items())),
                 None)
 

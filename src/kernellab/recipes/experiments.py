@@ -8,14 +8,15 @@ import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import IO, Any, Callable, Mapping
 
 from .. import jobs
 from ..errors import RecipeError
 from ..ops.spec import compile_select
 from ..places import Place
 from ..proc import TIMED_OUT
-from .model import Experiment, Recipe, Sanity, substitute
+from .model import Experiment, Params, Recipe, Sanity, substitute
+from .values import Values
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,7 @@ class Repeat:
     output: str                              # the raw output file, relative to the run's folder
     metrics: dict[str, float | None]         # None: the metric's pattern matched nothing
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
@@ -46,7 +47,7 @@ class Checked:
         """The value as records show it: `0`, not `0.0`; `not printed` when the output had none."""
         return "not printed" if self.value is None else f"{self.value:g}"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
@@ -55,7 +56,7 @@ class Case:
     """One case of an experiment: its parameters, every repeat's outcome, the metrics' medians."""
 
     experiment: str
-    params: dict[str, Any]
+    params: Params
     command: str = ""
     runs: list[Repeat] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)      # median over the repeats that gave it
@@ -70,18 +71,18 @@ class Case:
     def sane(self) -> bool:
         return all(s.ok for s in self.sanity)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"experiment": self.experiment, "params": self.params, "command": self.command,
                 "runs": [r.to_dict() for r in self.runs], "metrics": self.metrics,
                 "sanity": [s.to_dict() for s in self.sanity], "problem": self.problem}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Case:
+    def from_dict(cls, d: Mapping[str, Any]) -> Case:
         return cls(d["experiment"], d["params"], d.get("command", ""), [Repeat(**r) for r in d.get("runs", [])],
                    d.get("metrics", {}), [Checked(**s) for s in d.get("sanity", [])], d.get("problem"))
 
 
-def slug(experiment: str, params: dict[str, Any]) -> str:
+def slug(experiment: str, params: Params) -> str:
     return "-".join([experiment, *(f"{k}{v}" for k, v in params.items())]).replace("/", "_")
 
 
@@ -143,7 +144,7 @@ def _last_lines(text: str, n: int = 8) -> str:
     return "\n".join(text.rstrip().splitlines()[-n:]) or "(no output)"
 
 
-def run_case(exp: Experiment, params: dict[str, Any], vals: dict[str, Any], *, place: Place, raw: Path,
+def run_case(exp: Experiment, params: Params, vals: Values, *, place: Place, raw: Path,
              repeats: int, mounts: tuple[str, ...] = ()) -> Case:
     """Every repeat of one case as a job of the place (each in a container of the recipe's image, or as a process
     of the cluster task that is one), its output kept in raw/; a failed repeat ends the case."""
@@ -181,12 +182,12 @@ def run_case(exp: Experiment, params: dict[str, Any], vals: dict[str, Any], *, p
     return case
 
 
-def planned(experiments: list[Experiment], quick: bool) -> list[tuple[Experiment, dict[str, Any]]]:
+def planned(experiments: list[Experiment], quick: bool) -> list[tuple[Experiment, Params]]:
     """Every case a run of these experiments runs, in order (--quick: their quick grids)."""
     return [(e, p) for e in experiments for p in e.cases(quick)]
 
 
-def run_all(experiments: list[Experiment], vals: dict[str, Any], *, place: Place, raw: Path, quick: bool,
+def run_all(experiments: list[Experiment], vals: Values, *, place: Place, raw: Path, quick: bool,
             out: IO[str], cases: list[Case] | None = None,
             mounts: Callable[[Experiment], tuple[str, ...]] = lambda e: ()) -> list[Case]:
     """Every case of the experiments (--quick: their quick grids, one repeat), in order; a failed case is

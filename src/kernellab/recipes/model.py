@@ -23,6 +23,10 @@ REDUCE = ("last", "min", "max")
 BETTER = ("lower", "higher")
 
 
+#: One case of an experiment: its grid's values and the derived ones, by name (TOML's scalars).
+Params = dict[str, "str | int | float | bool"]
+
+
 @dataclass(frozen=True)
 class Paper:
     title: str
@@ -145,7 +149,7 @@ class Experiment:
     inputs: tuple[str, ...] = ()          # the inputs it reads, at /inputs/NAME
     needs_cuda: bool = False              # runs only in a target with CUDA (a CPU target leaves it out, said so)
 
-    def cases(self, quick: bool = False) -> list[dict[str, Any]]:
+    def cases(self, quick: bool = False) -> list[Params]:
         """Every point of the grid (with derived values), in the grid's order; --quick: the quick grid."""
         grid = dict(self.grid)
         if quick:

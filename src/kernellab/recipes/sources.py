@@ -31,6 +31,7 @@ from typing import Any
 
 from .. import cache_root, proc
 from ..errors import RecipeError
+from .manifest import Verified
 from .model import Patch, Recipe, Source
 
 #: git never asks for a password here: an unreachable repository is an error, not a prompt.
@@ -252,7 +253,7 @@ def _repos(source: Source, out: Any = None, *, offline: bool = False) -> list[_R
     return repos if walk(top) else None
 
 
-def _verified(source: Source, out: Any = None) -> tuple[list[_Repo], dict[str, Any]]:
+def _verified(source: Source, out: Any = None) -> tuple[list[_Repo], Verified]:
     """Source's repositories, each commit in its store, checked against the recipe's pins; and the provenance."""
     repos = _repos(source, out)
     if repos is None:  # a folder source's commit, made just now, is not in the folder store
@@ -266,7 +267,7 @@ def _verified(source: Source, out: Any = None) -> tuple[list[_Repo], dict[str, A
         if found[path] != want:
             raise RecipeError(f"{source.origin}'s submodule {path} is at {found[path]}, not the recipe's {want}; the "
                               f"source's commit pins another, so fix one of the two.")
-    return repos, {"url": source.origin, "commit": source.commit, "submodules": found}
+    return repos, Verified(url=source.origin, commit=source.commit, submodules=found)
 
 
 def fetched(source: Source) -> bool:
@@ -277,7 +278,7 @@ def fetched(source: Source) -> bool:
 def fetch(source: Source, out: Any = None) -> dict[str, Any]:
     """Source's commit and, recursively, its submodules' in their stores (each fetched only where its store lacks
     it), checked against the recipe's pins; returns what was verified: {url, commit, submodules}."""
-    return _verified(source, out)[1]
+    return dict(_verified(source, out)[1])  # as recipes.verbs._fetched takes it (a Verified, once it takes that)
 
 
 # --------------------------------------------------------------------------- the build context
@@ -299,7 +300,7 @@ def _checkout(repo: _Repo, dest: Path) -> None:
         raise RecipeError(f"{repo.url} checked out {head}, not {repo.commit}.")
 
 
-def _fresh(source: Source, dest: Path, out: Any = None) -> dict[str, Any]:
+def _fresh(source: Source, dest: Path, out: Any = None) -> Verified:
     """dest made source's verified commit, every submodule at the commit its parent records; returns what was
     verified: the tree's provenance."""
     repos, verified = _verified(source, out)
@@ -308,12 +309,12 @@ def _fresh(source: Source, dest: Path, out: Any = None) -> dict[str, Any]:
     return verified
 
 
-def prepare(recipe: Recipe, tree: Path, out: Any = None) -> dict[str, Any]:
+def prepare(recipe: Recipe, tree: Path, out: Any = None) -> dict[str, Verified]:
     """Every source fetched (once), made fresh under tree/ from its verified commits, the patches applied in order;
     returns the sources' provenance, as verified for this very tree."""
     if tree.exists():
         shutil.rmtree(tree)
-    provenance = {}
+    provenance: dict[str, Verified] = {}
     for s in recipe.sources:  # in order: a later source's dest may lie inside an earlier one's
         provenance[s.name] = _fresh(s, tree / s.dest, out)
     tree.mkdir(parents=True, exist_ok=True)  # a recipe whose system is a package has no sources: /src is empty
