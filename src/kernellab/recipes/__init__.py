@@ -13,8 +13,8 @@ A recipe is data (`recipes/<name>/recipe.toml` plus the patches and small script
 - `manifest` what a build's image was made of, kept in the image, read back by every run;
 - `experiments` each case a Job (kernellab.jobs.recipe_case) of a place; metrics, sanity patterns;
 - `claims`   verdicts: the paper's numbers judged as ratios against a baseline from the same run;
-- `record`   a run's record (one type, Run): the run folder (provenance, raw output, metrics, claims, summary.md,
-             plot) and --compare;
+- `record`   a run's record (one type, Run; its provenance kernellab.provenance's): the run folder (`record.run`:
+             run.json; `record.pages`: metrics, claims, summary.md, plots, --compare);
 - `profile`  `invoke recipe profile`: one case under Nsight Systems (and Nsight Compute), its summary and picture;
 - `capture`  what that runs inside the recipe's image: the checks, the capture, the export.
 """

@@ -10,7 +10,7 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import IO, Any, Sequence
+from typing import IO, Any, Mapping, Sequence
 
 from ..engine import resolve_engine
 from ..errors import ClusterUsageError, ProfileError, RecipeError
@@ -57,7 +57,7 @@ def submit(name: str, *, experiment: str | None = None, case: str | None = None,
     return runs.start(req, prof, out=out)
 
 
-def merge(local: Path, gpus: Sequence[str], tasks: Sequence[tuple[str, str, dict[str, Any]]]) -> str:
+def merge(local: Path, gpus: Sequence[str], tasks: Sequence[tuple[str, str, Mapping[str, Any]]]) -> str:
     """Each task's folder (local/<gpu>/<task>/) made a profile as `invoke recipe profile` leaves one, from the export
     its node made (report()); returns the top kernels per GPU type for the run's summary."""
     rows, title, made = [], "", []
