@@ -5,7 +5,9 @@
 # - Debian's slurm-wlm, munge, charliecloud and squashfs-tools: the one-node Slurm of tests/slurm that the cluster
 #   tests submit to (tests/test_cluster_slurm.py), with Charliecloud as one of the nodes' runtimes;
 # - Debian's Nsight Systems (trixie's, for CUDA 12.4), unpacked by docker/nsight-systems.sh under /opt/nvidia: the
-#   timeline tests capture CPU programs with it, natively and mounted into the default image (tests/test_nsys*.py).
+#   timeline tests capture CPU programs with it, natively and mounted into the default image (tests/test_nsys*.py);
+# - Debian's openssh-server and rsync: the remote-host tests reach this machine's Docker engine through an sshd on
+#   127.0.0.1 that they start with keys they make (tests/test_remote_docker.py); its system service is not started.
 # Idempotent, and never fatal: as root it installs missing OS packages; otherwise (or offline) it says
 # what is missing and goes on (those tests then skip, or fail where KERNELLAB_REQUIRE_DOCKER=1, as in CI).
 set -euo pipefail
@@ -20,13 +22,19 @@ command -v slurmctld >/dev/null 2>&1 || need+=(slurm-wlm)
 command -v munged >/dev/null 2>&1 || need+=(munge)
 command -v ch-run >/dev/null 2>&1 || need+=(charliecloud)
 command -v mksquashfs >/dev/null 2>&1 || need+=(squashfs-tools)
+command -v rsync >/dev/null 2>&1 || need+=(rsync)
+[ -x /usr/sbin/sshd ] || need+=(openssh-server)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "kernellab: the notebook, devcontainer and cluster tests need ${need[*]}; run \`sudo make test-tools\` once." >&2
   else
     echo "installing ${need[*]} from the OS archive"
+    # No service starts while installing (openssh-server's would listen on port 22): the tests start their own.
+    policy=/usr/sbin/policy-rc.d
+    made_policy=; [ -e $policy ] || { printf '#!/bin/sh\nexit 101\n' > $policy && chmod +x $policy && made_policy=1; }
     { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null; } \
       || echo "kernellab: could not install ${need[*]} (see above); the tests that need them will say so." >&2
+    [ -z "$made_policy" ] || rm -f $policy
   fi
 fi
 if command -v npm >/dev/null 2>&1; then
