@@ -26,7 +26,7 @@ from kernellab.errors import ConfigError, KernellabError, ResolveError
 from kernellab.image import builder, render, targets
 from kernellab.image.resolve import resolve
 from kernellab.image.spec import BaseFacts
-from kernellab.image.targets import Target
+from kernellab.image.target_table import Target, parse_target
 
 ROOT = Path(__file__).resolve().parents[1]
 M = targets.load()
@@ -79,9 +79,9 @@ def test_an_unknown_extra_is_refused_naming_the_closest():
 
 
 def test_extras_are_a_list_in_targets_toml():
-    assert targets.parse_target("x", {"extras": ["jupyter"]}).extras == ("jupyter",)
+    assert parse_target("x", {"extras": ["jupyter"]}).extras == ("jupyter",)
     with pytest.raises(ConfigError, match=r'`extras` must be a list of strings such as extras = \["jupyter"\]'):
-        targets.parse_target("x", {"extras": "jupyter"})
+        parse_target("x", {"extras": "jupyter"})
 
 
 def test_a_base_image_target_refuses_extras():

@@ -14,7 +14,7 @@ from kernellab.errors import ConfigError, ResolveError
 from kernellab.image import locks, nsys, render, targets
 from kernellab.image.resolve import resolve
 from kernellab.image.spec import BaseFacts
-from kernellab.image.targets import parse_target
+from kernellab.image.target_table import parse_target
 
 ROOT = Path(__file__).resolve().parents[1]
 M = targets.load()

@@ -14,7 +14,8 @@ from kernellab.image import builder, kinds, network, render, targets
 from kernellab.image.kinds import Kind, Request, choose, debootstrap_cpu, torch_index
 from kernellab.image.resolve import resolve
 from kernellab.image.spec import BaseFacts, Spec
-from kernellab.image.targets import Matrix, Target
+from kernellab.image.target_table import Target
+from kernellab.image.targets import Matrix
 
 ROOT = Path(__file__).resolve().parents[1]
 M = targets.load()

@@ -334,7 +334,7 @@ def test_llvm_as_a_library_is_not_held_against_cudas_clang_limit():
 
 def test_an_unknown_llvm_role_is_one_sentence():
     from kernellab.errors import ConfigError
-    from kernellab.image.targets import parse_target
+    from kernellab.image.target_table import parse_target
 
     with pytest.raises(ConfigError, match=r"`llvm_role` must be \"library\" .* or \"cuda\" .*, not str 'both'"):
         parse_target("x", {"llvm": "10", "llvm_role": "both"})

@@ -1,6 +1,7 @@
 """Images: what a target is made of, and how it is built.
 
 targets    matrix.toml, wheels.toml (which GPUs each PyTorch wheel runs on) and targets.toml, read and checked
+target_table  one [target.NAME] table (targets.toml, or a recipe's inline target) checked into a Target
 nsys       Nsight Systems facts: which CUDA each release line traces (nsys_traces), where an image keeps it
 published  `make check-matrix`: the matrix's PyTorch releases against what PyPI publishes
 spec       Spec (a resolved target) and BaseFacts (what a base image already has)

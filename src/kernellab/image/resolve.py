@@ -16,7 +16,8 @@ from . import kinds
 from .compat import covers
 from .kinds import choose
 from .spec import BaseFacts, Spec
-from .targets import Matrix, Target, as_of_date, vkey
+from .target_table import Target, as_of_date
+from .targets import Matrix, vkey
 
 
 def _list_arg(value: str | Sequence[str] | None) -> list[str]:

@@ -27,7 +27,8 @@ from ..engine import Engine, Image, resolve_engine
 from ..errors import BuildError, CommandError, RecipeError, ResolveError
 from ..image import builder, network
 from ..image.spec import Spec
-from ..image.targets import Matrix, load, parse_target
+from ..image.target_table import parse_target
+from ..image.targets import Matrix, load
 from . import checks, index, manifest, pins, sources, values
 from .manifest import Verified
 from .model import Recipe, substitute

@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterator
 
 from .. import ROOT, shown
 from ..errors import ConfigError, RecipeError
-from ..image.targets import as_of_date
+from ..image.target_table import as_of_date
 from .model import (
     BETTER,
     FILE,
