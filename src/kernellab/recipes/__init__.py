@@ -2,7 +2,10 @@
 
 A recipe is data (`recipes/<name>/recipe.toml` plus the patches and small scripts it names):
 - `model`    the typed records, derived grid values, {name} placeholders;
-- `read`     finds recipes and reads recipe.toml into those records (RecipeError names the file and key);
+- `read`     finds recipes and reads recipe.toml into those records (RecipeError names the file and key),
+             checking the whole recipe across its sections;
+- `sections` one table of a section family ([[sources]], [[inputs]], [[experiments]], [[claims]], ...) read
+             into its record;
 - `values`   the values build steps and experiments may use ({cuda_archs}, {cxx11_abi}, ...);
 - `checks`   requirements (archs, GPU memory, host RAM, disk) before anything is built;
 - `sources`  pinned sources fetched with git itself (a mirror through `url.<base>.insteadOf`), verified,
