@@ -184,10 +184,6 @@ class ImageFacts:
         recipe_manifest_sha256: recipes.verbs.image_facts) added."""
         return replace(self, **{k: v for k, v in facts.items() if k in _IMAGE_KEYS})  # type: ignore[arg-type]
 
-    def get(self, key: str) -> object:
-        """The fact named as the record's JSON names it (the reading recipes.verbs._runs_of still does)."""
-        return self.to_dict().get(key)
-
     def to_dict(self) -> dict[str, object]:
         always = {"id": self.id, "target": self.target, "recipe_sha256": self.recipe_sha256}
         known = {k: getattr(self, k) for k in _IMAGE_KEYS[3:] if getattr(self, k) is not None}

@@ -238,8 +238,8 @@ def _runs_of(image_id: str, runs: tuple[Path, ...]) -> tuple[list[Path], list[tu
         except RecipeError as e:
             left.append((r, str(e)))
             continue
-        if run.image.get("id") != image_id:
-            left.append((r, f"made with image {str(run.image.get('id'))[:19]}"))
+        if run.image.id != image_id:
+            left.append((r, f"made with image {run.image.id[:19]}"))
         elif not run.finished:
             left.append((r, "stopped early: not a finished run"))
         else:
