@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
-from kernellab import gpu
+from kernellab import gpu, jobs
 from kernellab.cluster import follow, images, kube, node, plan, profile, runs, runtimes, slurm
 from kernellab.cluster.images import Prepared
 from kernellab.cluster.plan import Plan, Task
 from kernellab.cluster.profile import Profile
-from kernellab.errors import ClusterError
+from kernellab.errors import ClusterError, UsageError
 from kernellab.ops import spec
 
 FULL = """\
@@ -75,15 +75,20 @@ def make_profile(tmp_path: Path, **kw: Any) -> Profile:
 
 def make_plan(tmp_path: Path, kind: str = "submit", gpus: tuple[str, ...] = ("h100", "a100"), n: int = 2,
               runtime: str = "none", run: str = RUN, **kw: Any) -> Plan:
+    """A plan of job `kind` (submit: N copies of a command; test, bench: the first N ops) on the GPU types."""
+    names = [s.name for s in spec.discover()]
+    ops = " or ".join(f"({jobs.exact_select(op, names)})" for op in ["softmax", "vector_add", "layernorm"][:n])
+    job = {"submit": jobs.submit("echo $KERNELLAB_TASK", copies=n), "test": jobs.test(ops),
+           "bench": jobs.bench(ops)}[kind]
+    parts = [part for part in job.parts()] if job.parts else []
     tasks = []
     for g in gpus:
-        for i in range(n):
-            name = f"task-{i}" if kind == "submit" else ["softmax", "vector_add", "layernorm"][i]
-            argv, env = plan.task_argv(kind, run, g, name, select=name, command=("bash", "-c", f"echo {i}"))
-            tasks.append(Task(g, i, name, argv, {**env, "KERNELLAB_TASK": str(i)}))
-    return Plan(run=run, kind=kind, rundir=str(tmp_path / "shared" / "runs" / run), runtime=runtime, gpu_mode="",
+        for i, part in enumerate(parts):
+            argv, env = plan.task_argv(part.argv, run, g, part.name)
+            tasks.append(Task(g, i, part.name, argv, {**env, **part.env, "KERNELLAB_TASK": str(i)}))
+    return Plan(run=run, job=kind, rundir=str(tmp_path / "shared" / "runs" / run), runtime=runtime, gpu_mode="",
                 image={"ref": "kernellab:cpu", "id": "sha256:" + "ab" * 32, "path": "/shared/images/x"},
-                tasks=tasks, **kw)
+                tasks=tasks, merger=job.merger, **kw)
 
 
 # ---------------------------------------------------------------- profile
@@ -212,13 +217,13 @@ def test_choose_gpus(tmp_path: Path) -> None:
 
 def test_exact_select_selects_exactly_one_op_through_the_k_matcher() -> None:
     names = ["softmax", "softmax_triton", "vector_add"]
-    expr = plan.exact_select("softmax", names)
+    expr = jobs.exact_select("softmax", names)
     assert expr == "softmax and not softmax_triton"
     matcher = spec.compile_select(expr)
     assert [n for n in names if matcher(n)] == ["softmax"]
-    assert plan.exact_select("vector_add", names) == "vector_add"
+    assert jobs.exact_select("vector_add", names) == "vector_add"
     for name in names:
-        match = spec.compile_select(plan.exact_select(name, names))
+        match = spec.compile_select(jobs.exact_select(name, names))
         assert [n for n in names if match(n)] == [name]
 
 
@@ -226,33 +231,50 @@ def test_exact_select_picks_each_real_op_alone() -> None:
     names = [s.name for s in spec.discover()]
     assert "softmax" in names and "softmax_triton" in names
     for name in names:
-        assert [s.name for s in spec.discover(select=plan.exact_select(name, names))] == [name]
+        assert [s.name for s in spec.discover(select=jobs.exact_select(name, names))] == [name]
 
 
-def test_task_argv_per_kind() -> None:
+def test_each_job_says_its_parts_and_a_task_runs_its_part_with_the_run_s_variables() -> None:
     out = "results/r1/h100/softmax"
-    argv, env = plan.task_argv("test", "r1", "h100", "softmax", select="softmax and not softmax_triton")
+    test_parts = {p.name: p for p in jobs.test("softmax").parts()}
+    assert list(test_parts) == ["softmax", "softmax_triton"], "-k softmax: every op it matches, one part each"
+    argv, env = plan.task_argv(test_parts["softmax"].argv, "r1", "h100", "softmax")
     assert argv[:4] == ["python", "-m", "pytest", "tests/test_kernels.py"]
     assert argv[argv.index("--junitxml") + 1] == f"{out}/junit.xml"
-    assert env == {"KERNELLAB_RUN": "r1", "KERNELLAB_GPU_TYPE": "h100", "KERNELLAB_RESULTS": out,
-                   "KERNELLAB_OPS": "softmax and not softmax_triton"}
+    assert env == {"KERNELLAB_RUN": "r1", "KERNELLAB_GPU_TYPE": "h100", "KERNELLAB_RESULTS": out}
+    assert test_parts["softmax"].env == {"KERNELLAB_OPS": "softmax and not softmax_triton"}
 
-    argv, env = plan.task_argv("bench", "r1", "h100", "softmax", select="softmax and not softmax_triton")
+    (bench,) = jobs.bench("softmax and not triton").parts()
+    argv, env = plan.task_argv(bench.argv, "r1", "h100", "softmax")
     assert argv == ["python", "-m", "kernellab.bench", "-k", "softmax and not softmax_triton", "--out", out]
-    assert env["KERNELLAB_RESULTS"] == out and "KERNELLAB_OPS" not in env
-    quick, _ = plan.task_argv("bench", "r1", "h100", "softmax", select="softmax", quick=True)
-    assert "--quick" in quick and quick[quick.index("--out") + 1] == out
+    assert env["KERNELLAB_RESULTS"] == out and not bench.env
+    (quick,) = jobs.bench("softmax and not triton", quick=True).parts()
+    argv, _ = plan.task_argv(quick.argv, "r1", "h100", "softmax")
+    assert "--quick" in argv and argv[argv.index("--out") + 1] == out
 
-    argv, env = plan.task_argv("submit", "r1", "a100", "task-3", command=("bash", "-c", "python x.py"))
+    copies = jobs.submit("python x.py", copies=4).parts()
+    assert [p.name for p in copies] == ["task-0", "task-1", "task-2", "task-3"]
+    argv, env = plan.task_argv(copies[3].argv, "r1", "a100", "task-3")
     assert argv == ["bash", "-c", "python x.py"]
     assert env == {"KERNELLAB_RUN": "r1", "KERNELLAB_GPU_TYPE": "a100", "KERNELLAB_RESULTS": "results/r1/a100/task-3"}
+    assert jobs.test().merger and jobs.bench().merger and jobs.submit("x").merger is None
 
 
-def test_task_argv_refuses_submit_without_a_command_and_an_unknown_kind() -> None:
-    with pytest.raises(ClusterError, match="needs a command after `--`"):
-        plan.task_argv("submit", "r1", "h100", "task-0")
-    with pytest.raises(ClusterError, match="unknown run kind 'lint'"):
-        plan.task_argv("lint", "r1", "h100", "x")
+def test_a_job_that_selects_no_op_and_a_submit_of_no_copies_are_refused() -> None:
+    with pytest.raises(UsageError, match="no op matches -k 'nosuchop'"):
+        jobs.test("nosuchop").parts()
+    with pytest.raises(UsageError, match="--tasks 0: give 1 or more"):
+        jobs.submit("true", copies=0)
+
+
+def test_a_plan_written_before_jobs_named_their_merger_loads_with_its_kinds_merger(tmp_path: Path) -> None:
+    saved = make_plan(tmp_path, kind="bench").save()
+    data = json.loads(saved.read_text())
+    data["kind"] = data.pop("job")
+    del data["merger"]
+    saved.write_text(json.dumps(data))
+    old = Plan.load(saved)
+    assert old.job == "bench" and old.merger == "kernellab.cluster.report:bench_tables"
 
 
 def test_plan_saves_and_loads_back(tmp_path: Path) -> None:
@@ -607,8 +629,8 @@ def test_job_manifest_runs_each_task_as_one_pod_of_an_indexed_job(tmp_path: Path
                         kubernetes={"namespace": "lab", "image": "reg.example/kl:cu130",
                                     "gpu_resource": "nvidia.com/gpu.h100", "claim": "labshare",
                                     "node_selectors": {"h100": {"gpu": "h100"}}})
-    tasks = runs._tasks(runs.Request(kind="test"), run, ["h100", "rtx_6000"])
-    p = Plan(run=run, kind="test", rundir=str(prof.shared / "runs" / run), runtime="docker", gpu_mode="",
+    tasks = runs._tasks(runs.Request("test", jobs.test().parts()), run, ["h100", "rtx_6000"])
+    p = Plan(run=run, job="test", rundir=str(prof.shared / "runs" / run), runtime="docker", gpu_mode="",
              image={"ref": "kernellab:cu130"}, tasks=tasks)
     h100 = [t for t in tasks if t.gpu == "h100"]
     assert len(h100) >= 2
@@ -849,7 +871,7 @@ def test_ctrl_c_between_submitting_and_following_cancels_every_job(tmp_path: Pat
         return real_record(*args)
 
     monkeypatch.setattr(runs, "record", record)
-    req = runs.Request(kind="submit", command=("true",), tasks=1)
+    req = runs.Request("submit", jobs.submit("true").parts())
     out = io.StringIO()
     try:
         with pytest.raises(ClusterError) as e:

@@ -84,11 +84,14 @@ def test_on_a_cluster_a_job_writes_where_its_task_gathers() -> None:
 
 
 def test_a_cluster_task_runs_the_same_command_lines_as_the_tasks() -> None:
-    argv, env = task_argv("test", "r1", "h100", "softmax", select="softmax")
+    (part,) = [p for p in jobs.test("softmax").parts() if p.name == "softmax"]
+    argv, _ = task_argv(part.argv, "r1", "h100", "softmax")
     assert argv == [*jobs.test().argv, "--junitxml", "results/r1/h100/softmax/junit.xml"]
-    assert env["KERNELLAB_OPS"] == "softmax"
-    argv, _ = task_argv("bench", "r1", "h100", "softmax", select="softmax", quick=True)
-    assert argv == ["python", "-m", "kernellab.bench", "-k", "softmax", "--quick", "--out", "results/r1/h100/softmax"]
+    assert part.env["KERNELLAB_OPS"] == "softmax and not softmax_triton"
+    (part,) = jobs.bench("vector_add", quick=True).parts()
+    argv, _ = task_argv(part.argv, "r1", "h100", "vector_add")
+    assert argv == ["python", "-m", "kernellab.bench", "-k", "vector_add", "--quick", "--out",
+                    "results/r1/h100/vector_add"]
 
 
 def test_flags_are_long_and_mean_the_same_in_every_task() -> None:
@@ -136,9 +139,11 @@ def test_a_recipe_case_and_a_recipe_task_are_jobs_like_any_other(tmp_path) -> No
                             mounts=("/data:/inputs/g:ro",))
     assert case.argv == ("bash", "-eo", "pipefail", "-c", "cd /src/build\n./bench 10") and case.gpu
     assert (case.timeout, case.mounts) == (60, ("/data:/inputs/g:ro",))
-    argv, env = task_argv("recipe", "run1", "h100", "tiled", command=("/repo/recipes/demo",), quick=True)
-    assert argv == list(jobs.recipe_task("/repo/recipes/demo", "tiled", out="results/run1/h100/tiled", quick=True).argv)
-    assert argv[:3] == ["python", "-m", "kernellab.recipes.task"] and env["KERNELLAB_RESULTS"] == "results/run1/h100/tiled"
+    job = jobs.recipe_run("/repo/recipes/demo", ["blocked", "tiled"], quick=True)
+    assert [p.name for p in job.parts()] == ["blocked", "tiled"] and job.merger == "kernellab.recipes.on_cluster:merge"
+    argv, env = task_argv(job.parts()[1].argv, "run1", "h100", "tiled")
+    assert argv == ["python", "-m", "kernellab.recipes.task", "/repo/recipes/demo", "tiled", "--quick", "--out",
+                    "results/run1/h100/tiled"] and env["KERNELLAB_RESULTS"] == "results/run1/h100/tiled"
 
 
 def test_a_native_jobs_timeout_stops_everything_it_started(tmp_path) -> None:

@@ -13,6 +13,7 @@ from kernellab import gpu, proc, provenance
 from kernellab.cluster.follow import Outcome
 from kernellab.cluster.plan import Plan, Task
 from kernellab.cluster.report import record as cluster_record
+from kernellab.container.runner import LOCAL
 from kernellab.places import Native
 from kernellab.recipes import claims, on_cluster, read, record, task, verbs
 from kernellab.recipes.manifest import Manifest
@@ -55,9 +56,10 @@ def _made_of(recipe) -> Manifest:
 
 
 def _local(recipe, folder: Path) -> record.Run:
-    """A run here as recipes.verbs records it: record.machine (this host, the checkout), the image's facts."""
+    """A run here as recipes.verbs records it: this host (verbs.machine_of), the checkout, the image's facts."""
     cases = _cases(recipe, folder)
-    run = record.new(recipe, manifest=_made_of(recipe), image_id=IMAGE, machine=record.machine(H100),
+    run = record.new(recipe, manifest=_made_of(recipe), image_id=IMAGE, machine=verbs.machine_of(LOCAL, H100),
+                     checkout=provenance.Checkout.here(),
                      image_facts={"tag": "kernellab-recipe:cpu-111111111111", "base_lock_sha256": "6" * 64,
                                   "recipe_manifest_sha256": "9" * 64},
                      cases=cases, verdicts=claims.judge(recipe, cases, gpu_name=H100.name), date=provenance.now(),
@@ -96,7 +98,7 @@ def _cluster(recipe, tmp: Path, monkeypatch, runtime: str) -> Path:
     monkeypatch.setattr(task, "MANIFEST", tmp / "manifest.json")
     (tmp / "manifest.json").write_text(json.dumps(_made_of(recipe).to_dict()))
     tasks = [Task("h100", i, e.name, []) for i, e in enumerate(recipe.experiments)]
-    plan = Plan(run="run1", kind="recipe", rundir=str(tmp / "shared"), runtime=runtime, gpu_mode="",
+    plan = Plan(run="run1", job="recipe", rundir=str(tmp / "shared"), runtime=runtime, gpu_mode="",
                 image={"ref": "kernellab-recipe:cpu-111111111111", "id": IMAGE, "path": str(tmp / "image.sif")},
                 tasks=tasks, argv=["invoke", "recipe", "run", "fastop", "--on", "slurm"],
                 checkout=provenance.Checkout.here())
@@ -105,7 +107,7 @@ def _cluster(recipe, tmp: Path, monkeypatch, runtime: str) -> Path:
         assert task.main([str(recipe.folder), t.name, "--quick", "--out", str(local / "h100" / t.name)], place=place) == 0
     status = {"host": "node7", "gpus": [{"index": "0", "name": H100.name, "uuid": H100.uuid}]}
     cluster_record(plan, [Outcome(t, "completed", "", status) for t in tasks], local)
-    on_cluster.merge(local, ["h100"], [("h100", t.name, status) for t in tasks], eng=Labels())  # type: ignore[arg-type]
+    on_cluster.merge(local, ["h100"], [Outcome(t, "done", "", status) for t in tasks], eng=Labels())  # type: ignore[arg-type]
     return local / "h100"
 
 
@@ -129,6 +131,36 @@ def test_a_local_record_and_a_cluster_record_have_the_same_fields(tmp_path, monk
         assert run.machine.gpu_name == H100.name and run.machine.driver == H100.driver
         assert run.machine.clocks["clocks.max.sm"] == "1980 MHz" and run.machine.host
     assert there.checkout == here.checkout and there.engine == "apptainer" and there.machine.gpu_type == "h100"
+
+
+class _Server:
+    """A server --host names (kernellab.remote.SshHost), as far as a record asks it: its hostname and the GPUs its
+    nvidia-smi listed."""
+
+    def hostname(self) -> str:
+        return "gpu-box"
+
+    def gpus(self) -> list[gpu.HostGpu]:
+        return [gpu.HostGpu(0, "NVIDIA A100-SXM4-80GB", "GPU-9", "8.0", "570.86.15", 81920)]
+
+
+def test_a_record_made_for_a_remote_host_names_that_host_and_its_gpu(tmp_path, monkeypatch):
+    """--host ssh://...: the record's machine is the server the cases ran on (its hostname, the GPU it listed, that
+    GPU's driver), not this machine; no clocks, for this machine's nvidia-smi is not asked about another's GPU."""
+    monkeypatch.setattr(provenance, "nvidia_smi", lambda: pytest.fail("this machine's nvidia-smi was asked"))
+    recipe = read.load(str(write_recipe(tmp_path / "fastop", {"paper": "a" * 40, "helper": "b" * 40})))
+    server = _Server()
+    a100 = server.gpus()[0]
+    machine = verbs.machine_of(server, a100)  # type: ignore[arg-type]
+    folder = record.run_folder(recipe.name, machine.gpu_name, tmp_path / "results")
+    cases = _cases(recipe, folder)
+    record.write(folder, record.new(recipe, manifest=_made_of(recipe), image_id=IMAGE, machine=machine,
+                                    checkout=provenance.Checkout.here(), cases=cases,
+                                    verdicts=claims.judge(recipe, cases, gpu_name=machine.gpu_name)))
+    back = record.load(folder).machine
+    assert back.host == "gpu-box" and back.gpu_name == a100.name and back.driver == "570.86.15"
+    assert back.gpu and back.gpu.get("uuid") == "GPU-9" and back.gpu.get("memory_mib") == 81920
+    assert back.clocks == {} and folder.name.endswith("-a100-sxm4-80gb")
 
 
 def test_a_cluster_run_on_a_runtime_other_than_docker_is_exported_with_its_image(tmp_path, monkeypatch, one_h100):

@@ -73,9 +73,9 @@ def test_on_a_cluster_ncu_and_bad_flags_are_refused_before_anything_is_built(tmp
     prof = tmp_path / "cluster.toml"
     prof.write_text(f'runtime = "docker"\nshared = "{tmp_path}"\n[gpu_types]\nh100 = "--gres=gpu:h100:1"\n')
     with pytest.raises(ClusterUsageError, match="--tool ncu profiles the kernels the timeline ranks first"):
-        profile_cluster.submit("demo", tool="ncu", profile=str(prof), dry_run=True, out=io.StringIO())
+        profile_cluster.job("demo", tool="ncu", dry_run=True, out=io.StringIO())
     with pytest.raises(RecipeError, match="--seconds -1"):
-        profile_cluster.submit("demo", seconds=-1, profile=str(prof), dry_run=True, out=io.StringIO())
+        profile_cluster.job("demo", seconds=-1, dry_run=True, out=io.StringIO())
 
 
 @pytest.mark.nsys
@@ -102,8 +102,12 @@ def test_merge_makes_each_task_folder_a_profile_and_the_run_a_table_per_gpu_type
     assert (h100 / "h100-blocked-n64.sqlite").is_file() and json.loads((h100 / "inside.json").read_text())["about"] == doc
     a100.mkdir(parents=True)
     (a100 / "inside.json").write_text(json.dumps({"problem": "nsys is neither in the image nor here.", "about": doc}))
-    tasks = [("h100", "task-0", {"host": "node1", "gpus": [{"name": "NVIDIA H100", "uuid": "GPU-1"}], "started": 1.0}),
-             ("a100", "task-0", {"host": "node2"})]
+    from kernellab.cluster.follow import Outcome
+    from kernellab.cluster.plan import Task
+
+    tasks = [Outcome(Task(g, 0, "task-0", []), "done", "", status) for g, status in [
+        ("h100", {"host": "node1", "gpus": [{"name": "NVIDIA H100", "uuid": "GPU-1"}], "started": 1.0}),
+        ("a100", {"host": "node2"})]]
     table = profile_cluster.merge(local, ["h100", "a100"], tasks)
     assert table.startswith("## Top kernels by GPU time, per GPU type: demo, blocked n=64")
     assert "| h100 | none: CUDA was not traced (a CPU case); the case took" in table

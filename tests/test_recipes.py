@@ -456,11 +456,12 @@ def test_a_record_is_written_read_back_and_compared(tmp_path, fastop):
 
     cases = [_case("fastop", 10, 20), _case("baseline", 10, 100)]
     verdicts = claims.judge(fastop, cases, gpu_name="H100")
+    from kernellab.provenance import Machine
     from kernellab.recipes.manifest import Manifest
 
     made_of = Manifest("fastop", "1" * 64, "cpu", "sha256:" + "2" * 64,
                        {"fastop": {"url": "x", "commit": "a" * 40, "submodules": {}}}, [], {"jobs": 2})
-    run = record.new(fastop, manifest=made_of, image_id="sha256:" + "0" * 64, machine={"gpu": None, "clocks": {}},
+    run = record.new(fastop, manifest=made_of, image_id="sha256:" + "0" * 64, machine=Machine(None),
                      cases=cases, verdicts=verdicts)
     record.write(tmp_path, run)
     back = record.load(tmp_path)
@@ -572,12 +573,14 @@ def test_the_task_says_what_it_wants_in_one_sentence_with_exit_code_2():
 def test_a_cluster_task_runs_one_experiment_and_the_submitter_judges_each_gpu_type(tmp_path, monkeypatch):
     """kernellab.recipes.task as a cluster node runs it (here natively: bash stands in for the image), then
     kernellab.recipes.on_cluster.merge: one record per GPU type, claims judged on that type's GPU."""
+    from kernellab import jobs
     from kernellab.cluster import plan
     from kernellab.recipes import on_cluster, task
 
     folder = write_recipe(tmp_path / "fastop", {"paper": "a" * 40, "helper": "b" * 40})
-    argv, env = plan.task_argv("recipe", "run1", "h100", "fastop", command=(str(folder),), quick=True)
-    # The task's command line is kernellab.jobs.recipe_task's, like every other cluster task's.
+    (part,) = jobs.recipe_run(str(folder), ["fastop"], quick=True).parts()
+    argv, env = plan.task_argv(part.argv, "run1", "h100", "fastop")
+    # The task's command line is the job's part (kernellab.jobs.recipe_run), like every other cluster task's.
     assert argv == ["python", "-m", "kernellab.recipes.task", str(folder), "fastop", "--quick", "--out",
                     "results/run1/h100/fastop"] and env["KERNELLAB_GPU_TYPE"] == "h100"
     src = tmp_path / "src"   # the image's /src: the fixture's bench.sh with the patch applied
@@ -600,9 +603,12 @@ def test_a_cluster_task_runs_one_experiment_and_the_submitter_judges_each_gpu_ty
             assert task.main([str(folder), exp, "--out", str(local / gpu / exp)], place=InSrc()) == 0
     out = json.loads((local / "h100" / "fastop" / "cases.json").read_text())
     assert out["recipe"] == str(folder) and [c["metrics"] for c in out["cases"]] == [{"time_ms": 20.0}, {"time_ms": 40.0}]
-    table = on_cluster.merge(local, ["h100", "a100"], [
+    from kernellab.cluster.follow import Outcome
+    from kernellab.cluster.plan import Task
+
+    table = on_cluster.merge(local, ["h100", "a100"], [Outcome(Task(g, 0, name, []), "done", "", status) for g, name, status in [
         ("h100", "fastop", {"gpus": [{"name": "NVIDIA H100 80GB HBM3"}]}), ("h100", "baseline", {}),
-        ("a100", "fastop", {"gpus": [{"name": "NVIDIA A100-SXM4-80GB"}]}), ("a100", "baseline", {})])
+        ("a100", "fastop", {"gpus": [{"name": "NVIDIA A100-SXM4-80GB"}]}), ("a100", "baseline", {})]])
     assert "| n10 speedup | 5x (A100) | 5x (reproduced) | 5x (reproduced) |" in table
     assert "| n20 speedup | 20x (A100) | 5x (not reproduced) | 5x (not reproduced) |" in table
     for gpu in ("h100", "a100"):

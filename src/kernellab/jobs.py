@@ -2,16 +2,18 @@
 
 A job says what to run (argv, run from the repository root), which of its argv items are paths in the
 repository (a container sees the repository at /workspace, so a place maps them), whether it needs a GPU
-and a terminal, and, for the cluster, its kind and op selection. Where it runs is kernellab.places' job;
-the task layer is flags -> job -> place. kernellab.cluster.plan builds its tasks' command lines from these
-same functions, so the kernel tests' pytest command line and the modules' flags are written once.
+and a terminal, and how it fans out on a cluster: its parts (one per op, one per experiment, N copies; a job
+without parts is one task per GPU type) and the merger that writes the run's own table from what the parts
+wrote. Where it runs is kernellab.places' job; the task layer is flags -> job -> place. The parts are built
+from these same functions, so the kernel tests' pytest command line and the modules' flags are written once.
 """
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 from . import ROOT
 from .errors import UsageError
@@ -20,15 +22,32 @@ from .errors import UsageError
 KERNEL_TESTS = ("tests/test_kernels.py",)
 
 
+#: In a part's argv: the folder its task writes, results/<run>/<GPU type>/<part> (the cluster fills it in).
+RESULTS = "{results}"
+
+
+@dataclass(frozen=True)
+class Part:
+    """One task of a job on a cluster, run once per GPU type: its name (the op, the experiment, task-<i>) and
+    its command line from the repository's root (RESULTS in it: the folder it writes) with its own variables."""
+
+    name: str
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class Job:
-    kind: str                                # test, bench, build-kernels, watch, profile, sanitize, shell
+    kind: str                                # test, bench, build-kernels, watch, profile, sanitize, shell, ...
     argv: tuple[str, ...]                    # run from the repository root; "python" is the place's Python
     paths: frozenset[int] = frozenset()      # indices of argv items that are repository paths
     gpu: bool = True                         # needs a GPU where there is one
     interactive: bool = False                # needs this terminal (stdin, a tty)
-    select: str | None = None                # -k, for a cluster's one-task-per-op split
-    quick: bool = False
+    select: str | None = None                # -k, as the run's record names it
+    #: How it fans out on a cluster (made when it is submitted: finding the ops may fail); None: one task per
+    #: GPU type running argv. merger: "module:function" writing the run's own table from the parts' folders.
+    parts: Callable[[], Sequence[Part]] | None = field(default=None, compare=False)
+    merger: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
     tools: tuple[str, ...] = ()              # host tools a container may borrow when its image lacks them (ncu)
     results: str | None = None               # the flag naming the folder it writes (a cluster task sets it)
@@ -63,18 +82,47 @@ def _path(value: str | None) -> Path | None:
 
 
 def test(k: str | None = None, *, suite: str = "kernels", junit: str | None = None) -> Job:
-    """The kernel tests (suite "all": the whole tests/), checked against PyTorch."""
+    """The kernel tests (suite "all": the whole tests/), checked against PyTorch; on a cluster one part per op
+    (its JUnit file in its folder) and a table of counts per op and GPU type."""
     paths = list(KERNEL_TESTS) if suite == "kernels" else ["tests"]
     return _build("test", ["python", "-m", "pytest", *paths, "-q", "-rs", "-p", "no:cacheprovider"], ("-k", k),
-                  ("--junitxml", junit), select=k)
+                  ("--junitxml", junit), select=k, parts=partial(per_op, k, _test_part),
+                  merger="kernellab.cluster.report:test_table")
+
+
+def _test_part(op: str, select: str) -> Part:
+    return Part(op, test(junit=f"{RESULTS}/junit.xml").argv, {"KERNELLAB_OPS": select})
 
 
 def bench(k: str | None = None, *, quick: bool = False, compare: str | None = None, out: str | None = None,
           system: str | None = None) -> Job:
-    """The bench; system: a recipe's offer of baselines (kernellab.bench.systems.Offer as JSON, --against)."""
+    """The bench; system: a recipe's offer of baselines (kernellab.bench.systems.Offer as JSON, --against); on a
+    cluster one part per op, merged per GPU type and across them."""
     return _build("bench", ["python", "-m", "kernellab.bench"], ("-k", k), ("--quick", quick),
                   ("--compare", _run_folder(compare)), ("--out", _path(out)), ("--system", system), select=k,
-                  quick=quick, results="--out")
+                  results="--out", parts=partial(per_op, k, partial(_bench_part, quick=quick)),
+                  merger="kernellab.cluster.report:bench_tables")
+
+
+def _bench_part(op: str, select: str, *, quick: bool) -> Part:
+    return Part(op, (*bench(select, quick=quick).argv, "--out", RESULTS))
+
+
+def per_op(k: str | None, part: Callable[[str, str], Part]) -> list[Part]:
+    """One part per op -k selects, each selecting exactly its op; UsageError when none matches."""
+    from .ops import spec
+
+    chosen = spec.discover(select=k)
+    if not chosen:
+        raise UsageError(f"no op matches -k {k!r}; the ops are the folders under kernels/.")
+    names = [s.name for s in spec.discover()]
+    return [part(s.name, exact_select(s.name, names)) for s in chosen]
+
+
+def exact_select(name: str, names: Sequence[str]) -> str:
+    """A -k expression (substring semantics) that selects op `name` and no op whose name contains it."""
+    others = [n for n in names if n != name and name in n]
+    return " and ".join([name, *(f"not {n}" for n in others)])
 
 
 def build_kernels(k: str | None = None, *, verbose: bool = False) -> Job:
@@ -118,9 +166,13 @@ def shell(cmd: str | None = None) -> Job:
     return Job("shell", ("bash", "-c", cmd) if cmd else ("bash",), interactive=cmd is None)
 
 
-def submit(command: str) -> Job:
-    """Any command line, run with bash -c from the repository (`invoke submit -- CMD`)."""
-    return Job("submit", ("bash", "-c", command))
+def submit(command: str, copies: int = 1) -> Job:
+    """Any command line, run with bash -c from the repository (`invoke submit -- CMD`), copies times per GPU type
+    on a cluster (KERNELLAB_TASK numbers them)."""
+    if copies < 1:
+        raise UsageError(f"--tasks {copies}: give 1 or more tasks per GPU type.")
+    argv = ("bash", "-c", command)
+    return Job("submit", argv, parts=lambda: [Part(f"task-{i}", argv) for i in range(copies)])
 
 
 def _run_folder(name: str | None) -> Path | None:
@@ -146,11 +198,16 @@ def recipe_input(command: str, *, output: Path, mounts: tuple[str, ...]) -> Job:
     return Job("recipe-input", ("bash", "-eo", "pipefail", "-c", command), gpu=False, output=output, mounts=mounts)
 
 
-def recipe_task(recipe: str, experiment: str, *, out: str, quick: bool = False) -> Job:
-    """A cluster task of `invoke recipe run --on slurm`: one experiment of the recipe, run where the task is (the
-    recipe's image), its cases and raw output written under out (kernellab.recipes.task)."""
-    return _build("recipe", ["python", "-m", "kernellab.recipes.task", recipe, experiment], ("--quick", quick),
-                  ("--out", out), select=experiment, quick=quick, results="--out")
+def recipe_run(recipe: str, experiments: Sequence[str], *, quick: bool = False) -> Job:
+    """`invoke recipe run --on slurm`: one part per experiment of the recipe, run where its task is (the recipe's
+    image), its cases and raw output written in its folder (kernellab.recipes.task); merged into one record per GPU
+    type (kernellab.recipes.on_cluster.merge)."""
+    def part(experiment: str) -> Part:
+        return Part(experiment, ("python", "-m", "kernellab.recipes.task", recipe, experiment,
+                                 *(["--quick"] if quick else []), "--out", RESULTS))
+
+    return Job("recipe", ("python", "-m", "kernellab.recipes.task", recipe), select=",".join(experiments),
+               parts=lambda: [part(e) for e in experiments], merger="kernellab.recipes.on_cluster:merge")
 
 
 def in_repository(path: Path) -> str:

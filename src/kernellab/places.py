@@ -165,7 +165,8 @@ def in_workspace(path: Path) -> str:
 
 @dataclass(frozen=True)
 class Cluster:
-    """The cluster a profile describes: one task per op (test, bench) or one per GPU type, then one report."""
+    """The cluster a profile describes: the job's parts (kernellab.jobs.Part; none: the job itself), each once per GPU
+    type, then one report written by the job's merger. The same for every job: the cluster never asks what it is."""
 
     target: str | None = None
     gpus: str | None = None
@@ -174,7 +175,7 @@ class Cluster:
     resume: str | None = None
     dry_run: bool = False
     argv: Sequence[str] = field(default_factory=list)
-    tasks: int = 1                    # submit: tasks per GPU type
+    image: str | None = None          # an image instead of the target's (a recipe's, built here)
 
     def run(self, job: Job) -> int:
         if job.interactive:
@@ -187,14 +188,9 @@ class Cluster:
         if self.resume:
             runs.resume(self.resume, prof)
             return 0
-        command: tuple[str, ...] = ()
-        if job.kind in ("test", "bench"):  # one task per op and GPU type, from the same job functions
-            kind = job.kind
-        else:
-            kind, command = "submit", job.argv if job.kind == "submit" else cluster_command(job)
-        runs.start(runs.Request(kind=kind, gpus=self.gpus, select=job.select, quick=job.quick, command=command,
-                                tasks=self.tasks, target=self.target, dry_run=self.dry_run, argv=list(self.argv)),
-                   prof)
+        parts = job.parts() if job.parts else [jobs.Part("task-0", cluster_command(job))]
+        runs.start(runs.Request(job.kind, parts, job.merger, gpus=self.gpus, select=job.select, target=self.target,
+                                image=self.image, dry_run=self.dry_run, argv=list(self.argv)), prof)
         return 0
 
 
@@ -223,13 +219,14 @@ def choose(c: Any, flags: Flags, image: Image | None = None) -> Place:
         return config["place"]
     target = flags.target or config.get("target")
     if flags.on_cluster:
-        if flags.native or flags.image or image or flags.host:
+        if flags.native or flags.image or flags.host:
             wrong = ("native is for this machine" if flags.native else "host is another machine's Docker engine"
                      if flags.host else "image is for this machine")
             raise UsageError(f"--{wrong}; a cluster run uses the target's image (--target), converted for the "
                              "cluster's runtime.")
         return Cluster(target=target, gpus=flags.gpus, profile=flags.profile, configured=config.get("cluster"),
-                       resume=flags.resume, dry_run=flags.dry_run, argv=list(sys.argv))
+                       resume=flags.resume, dry_run=flags.dry_run, argv=list(sys.argv),
+                       image=image.ref if image is not None else None)
     if flags.gpus or flags.profile or flags.dry_run:
         raise UsageError("--gpus, --profile and --dry-run are for cluster runs; add --on slurm.")
     if flags.native:

@@ -6,7 +6,7 @@ from typing import Any
 
 from .. import jobs
 from ..errors import ClusterUsageError
-from ..places import Cluster, Flags, choose
+from ..places import Flags, choose
 from . import task
 
 
@@ -22,7 +22,4 @@ def submit(c: Any, tasks: int = 1, *, where: Flags) -> None:
     command = (getattr(c, "remainder", "") or "").strip()
     if not command and not where.resume:
         raise ClusterUsageError("`invoke submit` needs a command after `--`, e.g. `invoke submit -- python my_bench.py`.")
-    place = choose(c, dataclasses.replace(where, on=where.on or "slurm"))
-    if isinstance(place, Cluster):
-        place = dataclasses.replace(place, tasks=tasks)
-    place.run(jobs.submit(command))
+    choose(c, dataclasses.replace(where, on=where.on or "slurm")).run(jobs.submit(command, copies=tasks))

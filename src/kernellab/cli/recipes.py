@@ -6,10 +6,10 @@ from pathlib import Path
 
 from invoke import Context, Exit
 
-from .. import count
+from .. import count, jobs
 from ..errors import RecipeError, UsageError
 from ..places import PLACE_HELP, Flags
-from . import task
+from . import run_job, task
 
 VERBS = ("list", "check", "build", "run", "profile", "shell", "export")
 
@@ -91,12 +91,12 @@ def recipe(c: Context, verb: str, name: str | None = None, fetch: bool = False, 
                               locking="strict" if locked else "update" if update else "prefer")
         how = "unchanged: nothing rebuilt" if built.cached else "built"
         print(f"{built.tags[0]} ({built.image_id[:19]}): {how} in {built.seconds:.1f} s")
-    elif verb == "run" and where.on_cluster:
+    elif verb == "run" and where.on_cluster:  # --resume takes the run over as it was planned: nothing to build
         from ..recipes import on_cluster
 
-        on_cluster.submit(name, gpus=where.gpus, profile=where.profile, k=k, quick=quick, target=target,
-                          dry_run=where.dry_run, resume=where.resume,
-                          configured=c.config.get("kernellab", {}).get("cluster"))
+        job, image = (jobs.Job("recipe", ()), None) if where.resume else on_cluster.job(name, k=k, quick=quick,
+                                                                                         target=target)
+        run_job(c, job, where, image)
     elif verb == "run":
         old = record.load(compare) if compare else None
         try:
@@ -116,9 +116,10 @@ def recipe(c: Context, verb: str, name: str | None = None, fetch: bool = False, 
     elif verb == "profile" and where.on_cluster:
         from ..recipes import profile_cluster
 
-        profile_cluster.submit(name, experiment=experiment, case=case, tool=tool, kernel=kernel, target=target,
-                               seconds=seconds, gpus=where.gpus, profile=where.profile, dry_run=where.dry_run,
-                               resume=where.resume, configured=c.config.get("kernellab", {}).get("cluster"))
+        job, image = (jobs.Job("recipe-profile", ()), None) if where.resume else profile_cluster.job(
+            name, experiment=experiment, case=case, tool=tool, kernel=kernel, target=target, seconds=seconds,
+            dry_run=where.dry_run)
+        run_job(c, job, where, image)
     elif verb == "profile":
         from ..recipes import profile as profiles
 

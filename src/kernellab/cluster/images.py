@@ -38,9 +38,13 @@ class Prepared:
     id: str
     path: str          # the image in the nodes' format ("" for none; the bundle for docker/podman)
     arch_list: str
-    kind: str
+    target_kind: str   # the image's kernellab.kind label: "cpu" for an image without CUDA
     seconds: float     # time spent converting now (0 when reused)
     reused: bool
+
+
+#: Target kinds whose images have no GPU code (kernellab.image.kinds).
+CPU_ONLY = ("cpu",)
 
 
 def folder(profile: Profile) -> Path:
@@ -60,7 +64,7 @@ def product(profile: Profile, image_id: str) -> Path:
 
 
 def inspect(image: str | Image, eng: Engine) -> Prepared:
-    """What the image is (ID, arch list, kind), before anything is converted."""
+    """What the image is (ID, arch list, target kind), before anything is converted."""
     image = eng.image(image)
     return Prepared(image.ref, image.id, "", image.labels.get("kernellab.arch-list", ""),
                     image.labels.get("kernellab.kind", ""), 0.0, False)
@@ -70,7 +74,7 @@ def prepare(profile: Profile, image: str | Image, eng: Engine) -> Prepared:
     """Convert the image for the profile's runtime unless the shared folder has it for this image ID."""
     seen = inspect(image, eng)
     ref = seen.ref
-    image_id, arch_list, kind = seen.id, seen.arch_list, seen.kind
+    image_id, arch_list, kind = seen.id, seen.arch_list, seen.target_kind
     if profile.runtime in ("docker", "podman") and not profile.load_images:
         return seen  # the profile says the nodes' engines have it; a node that lacks it says so
     out = product(profile, image_id)
@@ -93,7 +97,7 @@ def check_archs(prepared: Prepared, gpu_types: list[str]) -> list[str]:
     Returns warnings for what cannot be checked: a CPU-only image, a GPU type the matrix does not know.
     """
     notes: list[str] = []
-    if prepared.kind == "cpu" or not prepared.arch_list:
+    if not prepared.arch_list or prepared.target_kind in CPU_ONLY:
         return [f"{prepared.ref} is a CPU image: GPU ops will skip on every GPU type"]
     matrix = targets.load()
     for g in gpu_types:

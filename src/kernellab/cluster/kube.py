@@ -31,7 +31,7 @@ def job_manifest(plan: Plan, profile: Profile, gpu: str) -> str:
            if all(t.env.get(key) == value for t in tasks)}
     cases = " ".join(f"{t.index}) " + "".join(f"export {key}={shlex.quote(value)}; " for key, value in t.env.items()
                                               if key not in env) + f"exec {shlex.join(t.argv)};;" for t in tasks)
-    name = re.sub(r"[^a-z0-9-]+", "-", f"kl-{plan.kind}-{gpu}-{plan.run}".lower())[:63].strip("-")
+    name = re.sub(r"[^a-z0-9-]+", "-", f"kl-{plan.job}-{gpu}-{plan.run}".lower())[:63].strip("-")
     selectors: dict[str, Any] = (k.get("node_selectors") or {}).get(gpu) or {}
     manifest = {
         "apiVersion": "batch/v1", "kind": "Job",

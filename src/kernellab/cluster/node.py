@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
                               "host": socket.gethostname(), "runtime": plan.runtime,
                               "slurm_job": f"{os.environ.get('SLURM_ARRAY_JOB_ID', '?')}_{task.index}",
                               "started": started, "gpus": given_gpus(os.environ)}
-    print(f"kernellab task {task.key} ({plan.kind}, run {plan.run}) on {status['host']}, runtime {plan.runtime}, "
+    print(f"kernellab task {task.key} ({plan.job}, run {plan.run}) on {status['host']}, runtime {plan.runtime}, "
           f"GPUs {', '.join(g['uuid'] for g in status['gpus']) or 'none'}", flush=True)
     problem = runtimes.missing_tool(plan.runtime)
     if problem:

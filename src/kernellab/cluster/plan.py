@@ -14,13 +14,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from .. import ROOT, jobs
-from ..errors import ClusterError, ClusterUsageError
+from .. import ROOT
+from ..errors import ClusterError
+from ..jobs import RESULTS
 from ..provenance import Checkout
 
 #: Variables a task must not inherit from the submitting shell (they name this machine's folders).
 _LOCAL_ONLY = ("KERNELLAB_CACHE", "KERNELLAB_IMAGE_ID", "KERNELLAB_ENGINE", "KERNELLAB_CLUSTER")
-KINDS = ("test", "bench", "submit", "recipe")
+#: The mergers of plans written before a plan named its own (they named the job's kind only).
+_OLD_MERGERS = {"test": "kernellab.cluster.report:test_table", "bench": "kernellab.cluster.report:bench_tables"}
 
 
 @dataclass
@@ -29,7 +31,7 @@ class Task:
 
     gpu: str
     index: int                  # its index in the GPU type's array
-    name: str                   # the op, or task-<i> for `invoke submit`
+    name: str                   # the job's part: the op, the experiment, task-<i>
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
 
@@ -41,7 +43,7 @@ class Task:
 @dataclass
 class Plan:
     run: str
-    kind: str                                  # test | bench | submit
+    job: str                                   # what ran: test, bench, submit, recipe, ... (its title only)
     rundir: str                                # <shared>/runs/<run>
     runtime: str
     gpu_mode: str
@@ -51,7 +53,7 @@ class Plan:
     select: str | None = None
     argv: list[str] = field(default_factory=list)   # how it was asked for (kernellab's own command line)
     python: str = "python3"                          # the nodes' Python (runtime none runs tasks in it)
-    merger: str | None = None                        # "module:function" that writes a recipe run's own tables
+    merger: str | None = None                        # "module:function" that writes the run's own tables
     checkout: Checkout | None = None                 # the kernellab that planned it, which the snapshot copies
 
     @property
@@ -93,6 +95,9 @@ class Plan:
     def load(cls, path: Path) -> Plan:
         try:
             data = json.loads(Path(path).read_text())
+            if "kind" in data:  # a plan written before the job said how it fans out
+                data["job"] = data.pop("kind")
+                data["merger"] = data.get("merger") or _OLD_MERGERS.get(data["job"])
             data["tasks"] = [Task(**t) for t in data["tasks"]]
             data["checkout"] = Checkout.from_dict(data["checkout"]) if data.get("checkout") else None
             return cls(**data)
@@ -100,35 +105,12 @@ class Plan:
             raise ClusterError(f"{path} is not a kernellab cluster plan ({e}).") from None
 
 
-def exact_select(name: str, names: Sequence[str]) -> str:
-    """A -k expression (substring semantics) that selects op `name` and no op whose name contains it."""
-    others = [n for n in names if n != name and name in n]
-    return " and ".join([name, *(f"not {n}" for n in others)])
-
-
-def task_argv(kind: str, run: str, gpu: str, name: str, *, select: str = "", quick: bool = False,
-              command: Sequence[str] = ()) -> tuple[list[str], dict[str, str]]:
-    """The command a task runs in the image (cwd /workspace) and its own variables.
-
-    test and bench run the same module entry points as `invoke test` and `invoke bench` do locally,
-    for one op, writing into results/<run>/<gpu>/<op>/; `submit` runs the user's command with
-    KERNELLAB_RESULTS naming the folder it should write.
-    """
+def task_argv(argv: Sequence[str], run: str, gpu: str, name: str) -> tuple[list[str], dict[str, str]]:
+    """A part's command line as its task runs it (jobs.RESULTS: the folder it writes, relative to the workspace),
+    and the variables every task gets."""
     out = f"results/{run}/{gpu}/{name}"
-    env = {"KERNELLAB_RUN": run, "KERNELLAB_GPU_TYPE": gpu, "KERNELLAB_RESULTS": out}
-    if kind == "test":
-        env["KERNELLAB_OPS"] = select
-        return list(jobs.test(junit=out + "/junit.xml").argv), env
-    if kind == "bench":
-        job = jobs.bench(select, quick=quick, out=str(ROOT / out))
-        return list(job.with_paths(jobs.in_repository)), env
-    if kind == "recipe":  # command: the recipe's folder; the task runs one experiment (name) of it
-        return list(jobs.recipe_task(command[0], name, out=out, quick=quick).argv), env
-    if kind == "submit":
-        if not command:
-            raise ClusterUsageError("`invoke submit` needs a command after `--`, e.g. `invoke submit -- python my_bench.py`.")
-        return list(command), env
-    raise ClusterUsageError(f"unknown run kind {kind!r}; use one of {', '.join(KINDS)}.")
+    return [a.replace(RESULTS, out) for a in argv], {"KERNELLAB_RUN": run, "KERNELLAB_GPU_TYPE": gpu,
+                                                      "KERNELLAB_RESULTS": out}
 
 
 def passed_env() -> dict[str, str]:

@@ -1,9 +1,9 @@
 """Reporting a run: what its tasks made, gathered into results/<run>/ and merged into one summary.
 
 This module owns gather (each task's results and log copied from the shared run folder), record
-(results/<run>/cluster.json, which --resume reads), merge (summary.md: a bench run's merge across GPU
-types, a test run's table of JUnit counts, a recipe run's verdicts through kernellab.recipes.on_cluster,
-then every task's outcome), and the two ways a run ends: finish (the summary, and the tails of the logs
+(results/<run>/cluster.json, which --resume reads), merge (summary.md: the table the job's merger writes, the
+same way for every job, then every task's outcome), the mergers of the kernel tests (a table of JUnit counts)
+and of the bench (each GPU type merged, then across them), and the two ways a run ends: finish (the summary, and the tails of the logs
 of tasks that left no results) and interrupted (after Ctrl-C: keep what had ended, exit 130).
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ import json
 import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import IO, Any, Callable, NoReturn, Sequence
+from typing import IO, Callable, NoReturn, Sequence
 
 from ..errors import ClusterError
 from .follow import Outcome
@@ -72,7 +72,7 @@ def record(plan: Plan, outcomes: Sequence[Outcome], local: Path) -> Path:
     """results/<run>/cluster.json: the run (its shared folder, image, jobs, the command line and checkout that planned
     it) and each task's outcome."""
     local.mkdir(parents=True, exist_ok=True)
-    doc = {"run": plan.run, "kind": plan.kind, "rundir": plan.rundir, "runtime": plan.runtime,
+    doc = {"run": plan.run, "job": plan.job, "rundir": plan.rundir, "runtime": plan.runtime,
            "gpu_mode": plan.gpu_mode,
            "image": plan.image, "jobs": plan.jobs, "select": plan.select, "argv": plan.argv,
            "checkout": plan.checkout.to_dict() if plan.checkout else None,
@@ -86,10 +86,10 @@ def record(plan: Plan, outcomes: Sequence[Outcome], local: Path) -> Path:
     return path
 
 
-#: What writes a run's own part of the summary from (local folder, GPU types, (gpu, task, status) per task): named
-#: in the run's request and plan as "module:function" by the layer that submits such runs (a recipe run:
-#: kernellab.recipes.on_cluster:merge), which the cluster code does not import.
-Merger = Callable[[Path, Sequence[str], Sequence[tuple[str, str, dict[str, Any]]]], str]
+#: What writes a run's own part of the summary from (local folder, GPU types, each task's outcome): named by the job
+#: (kernellab.jobs.Job.merger) as "module:function", carried in the run's plan, loaded here by name (the cluster code
+#: imports none of them: a recipe run's is kernellab.recipes.on_cluster:merge).
+Merger = Callable[[Path, Sequence[str], Sequence[Outcome]], str]
 
 
 def merger(name: str) -> Merger:
@@ -106,18 +106,11 @@ def merger(name: str) -> Merger:
 
 
 def merge(plan: Plan, outcomes: Sequence[Outcome], local: Path) -> str:
-    """The run's summary.md: the kind's own table (bench figures, test counts), then every task's outcome."""
+    """The run's summary.md: the job's own table (its merger's), then every task's outcome."""
     gpus = plan.gpus
-    parts = [f"# {plan.kind} run {plan.run} on {', '.join(gpus)} ({plan.runtime})", ""]
-    if plan.kind == "bench":
-        _merge_bench(local, gpus, outcomes)
-    elif plan.kind == "test":
-        parts.append(_test_table(local, gpus, outcomes))
-    elif plan.merger:  # a layer above (recipes) judges its own tasks
-        parts.append(merger(plan.merger)(local, gpus, [(o.task.gpu, o.task.name, o.status) for o in outcomes]))
-    elif plan.kind not in ("submit",):
-        raise ClusterError(f"run {plan.run} is a {plan.kind} run, which this command cannot report; resume it the "
-                           f"way it was started (a recipe run: `invoke recipe run NAME --resume {plan.run}`).")
+    parts = [f"# {plan.job} run {plan.run} on {', '.join(gpus)} ({plan.runtime})", ""]
+    if plan.merger:
+        parts.append(merger(plan.merger)(local, gpus, outcomes))
     parts += ["", "## Tasks", "", "| GPU type | task | outcome | node | GPU | seconds |", "|---|---|---|---|---|---|"]
     for o in outcomes:
         s = o.status
@@ -126,17 +119,13 @@ def merge(plan: Plan, outcomes: Sequence[Outcome], local: Path) -> str:
         parts.append(f"| {o.task.gpu} | {o.task.name} | {what} | {s.get('host', '-')} | {uuids} | "
                      f"{s.get('seconds', '-')} |")
     text = "\n".join(parts) + "\n"
-    if plan.kind != "bench":
-        (local / "summary.md").write_text(text)
-    else:  # the bench merge wrote summary.md; the task table follows it
-        with open(local / "summary.md", "a") as f:
-            f.write("\n" + "\n".join(parts[parts.index("## Tasks"):]) + "\n")
-        text = (local / "summary.md").read_text()
+    (local / "summary.md").write_text(text)
     return text
 
 
-def _merge_bench(local: Path, gpus: Sequence[str], outcomes: Sequence[Outcome]) -> None:
-    """Each GPU type's ops as one bench run, then the run's table across types and its plot (kernellab.bench.merge)."""
+def bench_tables(local: Path, gpus: Sequence[str], outcomes: Sequence[Outcome]) -> str:
+    """A bench run's merger: each GPU type's ops as one bench run (its own summary.md), then the table across types
+    and its plot (kernellab.bench.merge), which the run's summary shows."""
     from ..bench import merge as bench_merge
     from ..errors import BenchError
 
@@ -146,13 +135,15 @@ def _merge_bench(local: Path, gpus: Sequence[str], outcomes: Sequence[Outcome]) 
         if any((local / g).glob("*/results.json")):
             bench_merge.merge_gpu_type(local / g)
     try:
-        bench_merge.merge_run(local, list(gpus), missing={g: m for g, m in missing.items() if m})
+        page = bench_merge.merge_run(local, list(gpus), missing={g: m for g, m in missing.items() if m})
     except BenchError as e:  # no task left figures: the task table below says why
-        (local / "summary.md").write_text(f"# bench run {local.name}\n\n{e}\n")
+        return str(e)
+    return page.read_text().split("\n", 1)[1].strip()   # below its own title: the run's summary has one
 
 
-def _test_table(local: Path, gpus: Sequence[str], outcomes: Sequence[Outcome]) -> str:
-    """One row per op, a column per GPU type: passed / failed / skipped counts from each task's JUnit file."""
+def test_table(local: Path, gpus: Sequence[str], outcomes: Sequence[Outcome]) -> str:
+    """The kernel tests' merger: one row per op, a column per GPU type, passed / failed / skipped counts from each
+    task's JUnit file."""
     names = list(dict.fromkeys(o.task.name for o in outcomes))
     by = {(o.task.gpu, o.task.name): o for o in outcomes}
     rows = ["| op | " + " | ".join(gpus) + " |", "|---|" + "---|" * len(gpus)]

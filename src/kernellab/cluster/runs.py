@@ -1,7 +1,7 @@
-"""Starting and resuming a cluster run: the entry points that `invoke test|bench|submit|recipe --on slurm` use.
+"""Starting and resuming a cluster run: the entry points that kernellab.places.Cluster uses for every job.
 
 `--on slurm` calls start(); `--resume RUN` calls resume(). This module owns what happens before a run is
-followed: the Request, the task list (one task per op, experiment or `--tasks` index and GPU type), the
+followed: the Request, the task list (each of the job's parts, kernellab.jobs.Part, once per GPU type), the
 image made ready for the nodes' runtime, `--dry-run` (the batch scripts or Job manifests, printed), the
 repository snapshot and the submission (all of a run or none of it), and, for --resume, which tasks
 to gather, follow or submit again. kernellab.cluster.follow follows the submitted tasks to their
@@ -24,11 +24,11 @@ from typing import IO, Any, Sequence
 
 from .. import ROOT
 from ..errors import ClusterError, ClusterUsageError
-from ..ops import spec
+from ..jobs import Part
 from ..provenance import Checkout
 from . import images, kube, slurm
 from .follow import Interrupted, Outcome, follow, outcome, progress_counts, progress_word
-from .plan import Plan, Task, exact_select, passed_env, snapshot, task_argv
+from .plan import Plan, Task, passed_env, snapshot, task_argv
 from .profile import Profile
 from .report import finish, gather, interrupted, junit_counts, merge, record
 
@@ -38,18 +38,15 @@ __all__ = ["Interrupted", "Outcome", "Request", "gather", "junit_counts", "merge
 
 @dataclass
 class Request:
-    """What the user asked for: `invoke test|bench|submit --on slurm ...`."""
+    """What the user asked for: a job's parts (kernellab.jobs.Part) on the profile's GPU types."""
 
-    kind: str                            # test | bench | submit | recipe
+    job: str                             # what runs: test, bench, submit, recipe, ... (the run's name and title)
+    parts: Sequence[Part]                # each runs once per GPU type
+    merger: str | None = None            # "module:function" writing the run's own part of the summary
     gpus: str | None = None              # --gpus h100,a100 (default: every type in the profile)
-    select: str | None = None            # -k
-    quick: bool = False                  # bench --quick
-    command: Sequence[str] = ()          # submit -- CMD
-    tasks: int = 1                       # submit --tasks N
+    select: str | None = None            # -k, as recorded
     target: str | None = None            # the image target
     image: str | None = None             # an image reference instead of the target's (a recipe's built image)
-    names: Sequence[str] = ()            # recipe: its experiments, one task each per GPU type
-    merger: str | None = None            # "module:function" writing the run's own part of the summary (a recipe's)
     dry_run: bool = False
     argv: Sequence[str] = ()
 
@@ -61,10 +58,10 @@ def start(req: Request, profile: Profile, *, out: IO[str] | None = None, poll_s:
     """
     out = out or sys.stdout
     gpus = profile.choose_gpus(req.gpus)
-    run = _run_name(req.kind)
+    run = _run_name(req.job)
     rundir = profile.shared / "runs" / run
     tasks = _tasks(req, run, gpus)
-    plan = Plan(run=run, kind=req.kind, rundir=str(rundir), runtime=profile.runtime, gpu_mode=profile.gpu_mode,
+    plan = Plan(run=run, job=req.job, rundir=str(rundir), runtime=profile.runtime, gpu_mode=profile.gpu_mode,
                 image={}, tasks=tasks, select=req.select, argv=list(req.argv), python=profile.python,
                 merger=req.merger, checkout=None if req.dry_run else Checkout.here())
     if req.dry_run:
@@ -167,24 +164,15 @@ def _run_name(kind: str) -> str:
 
 
 def _tasks(req: Request, run: str, gpus: Sequence[str]) -> list[Task]:
+    """Each part once per GPU type, numbered within the type (KERNELLAB_TASK)."""
+    if not req.parts:
+        raise ClusterUsageError(f"`{req.job}` has nothing to run on the cluster.")
     base = passed_env()
-    if req.kind == "submit":
-        if req.tasks < 1:
-            raise ClusterUsageError(f"--tasks {req.tasks}: give 1 or more tasks per GPU type.")
-        named = [(f"task-{i}", "") for i in range(req.tasks)]
-    elif req.kind == "recipe":
-        named = [(name, "") for name in req.names]
-    else:
-        specs = spec.discover(select=req.select)
-        if not specs:
-            raise ClusterUsageError(f"no op matches -k {req.select!r}; the ops are the folders under kernels/.")
-        names = [s.name for s in spec.discover()]
-        named = [(s.name, exact_select(s.name, names)) for s in specs]
     tasks = []
     for gpu in gpus:
-        for i, (name, select) in enumerate(named):
-            argv, env = task_argv(req.kind, run, gpu, name, select=select, quick=req.quick, command=req.command)
-            tasks.append(Task(gpu, i, name, argv, {**base, **env, "KERNELLAB_TASK": str(i)}))
+        for i, part in enumerate(req.parts):
+            argv, env = task_argv(part.argv, run, gpu, part.name)
+            tasks.append(Task(gpu, i, part.name, argv, {**base, **env, **part.env, "KERNELLAB_TASK": str(i)}))
     return tasks
 
 
@@ -205,7 +193,7 @@ def _image(profile: Profile, target: str | None, gpus: Sequence[str], out: IO[st
     print(f"image {ref} ({images.short(prepared.id)}) for {profile.runtime}: {prepared.path or ref} ({how})", file=out,
           flush=True)
     return {"ref": prepared.ref, "id": prepared.id, "path": prepared.path, "arch_list": prepared.arch_list,
-            "kind": prepared.kind, "convert_s": round(prepared.seconds, 3), "reused": prepared.reused}
+            "kind": prepared.target_kind, "convert_s": round(prepared.seconds, 3), "reused": prepared.reused}
 
 
 def _dry_run(plan: Plan, profile: Profile, req: Request, out: IO[str]) -> None:

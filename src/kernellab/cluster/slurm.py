@@ -49,7 +49,7 @@ def array_spec(indices: Sequence[int], throttle: int = 0) -> str:
 def script(profile: Profile, plan: Plan, gpu: str, indices: Sequence[int], *, src: str | None = None) -> str:
     """The batch script of gpu's array (the tasks `indices`): options, modules, then kernellab's task runner."""
     rundir = Path(plan.rundir)
-    opts = [f"--job-name=kl-{plan.kind}-{gpu}-{plan.run}", f"--array={array_spec(indices, profile.throttle)}",
+    opts = [f"--job-name=kl-{plan.job}-{gpu}-{plan.run}", f"--array={array_spec(indices, profile.throttle)}",
             f"--output={rundir}/logs/{gpu}-%a-%A.log", f"--time={profile.time}", "--ntasks=1",
             # Not the submitter's folder: a checkout's docker/ would shadow the docker SDK in the node's Python.
             f"--chdir={rundir}"]
@@ -57,7 +57,7 @@ def script(profile: Profile, plan: Plan, gpu: str, indices: Sequence[int], *, sr
     opts += [f"--account={profile.account}"] * bool(profile.account)
     opts += [f"--qos={profile.qos}"] * bool(profile.qos)
     opts += profile.gpu_options(gpu)
-    lines = ["#!/bin/bash", f"# kernellab {plan.kind} run {plan.run}: GPU type {gpu}, runtime {plan.runtime}"]
+    lines = ["#!/bin/bash", f"# kernellab {plan.job} run {plan.run}: GPU type {gpu}, runtime {plan.runtime}"]
     lines += [f"#SBATCH {o}" for o in [*opts, *profile.sbatch]]
     if profile.modules:  # before `set -u`: some Lmod and environment-modules versions trip over unset variables
         lines += ["module load " + " ".join(shlex.quote(m) for m in profile.modules)]

@@ -1,31 +1,29 @@
 """`invoke recipe run NAME --on slurm`: the recipe's built image on the cluster, one task per experiment and
-GPU type (kernellab.cluster runs them; kernellab.recipes.task is what each runs), then one record per GPU
-type, its claims judged on that type's GPU, and one table of verdicts across types."""
+GPU type (a job whose parts are the experiments, kernellab.jobs.recipe_run, submitted by kernellab.places.Cluster
+as every job is; kernellab.recipes.task is what each runs), then one record per GPU type, its claims judged on that
+type's GPU, and one table of verdicts across types (merge(), the job's merger)."""
 from __future__ import annotations
 
 import json
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import IO, Any, Mapping, Sequence, TypedDict
+from typing import IO, TYPE_CHECKING, Sequence, TypedDict
 
-from .. import engine
-from ..cluster import profile as profiles
-from ..cluster import runs
-from ..engine import Engine
+from .. import engine, jobs
+from ..engine import Engine, Image
 from ..errors import KernellabError, RecipeError
 from ..provenance import Checkout, GpuFacts, Machine, now
 from . import build, claims, experiments, manifest, read, record
 from .pins import Wheel
 
+if TYPE_CHECKING:
+    from ..cluster.follow import Outcome
 
-def submit(name: str, *, gpus: str | None, profile: str | None, k: str | None = None, quick: bool = False,
-           target: str | None = None, dry_run: bool = False, resume: str | None = None,
-           configured: str | None = None, out: IO[str] = sys.stdout) -> Path:
-    """Build the image here (cached), then run the selected experiments on the cluster's GPU types."""
-    prof = profiles.load(profiles.find(profile, configured))
-    if resume:
-        return runs.resume(resume, prof, out=out)
+
+def job(name: str, *, k: str | None = None, quick: bool = False, target: str | None = None,
+        out: IO[str] = sys.stdout) -> tuple[jobs.Job, Image]:
+    """The recipe's image built here (cached) and the job that runs the selected experiments in it on a cluster."""
     recipe = read.load(name)
     chosen = experiments.select(recipe, k)
     reading = [e.name for e in chosen if e.inputs]
@@ -33,10 +31,7 @@ def submit(name: str, *, gpus: str | None, profile: str | None, k: str | None = 
         raise RecipeError(f"{', '.join(reading)} read inputs (datasets), which a cluster run does not carry to its "
                           f"nodes yet; run them here with `invoke recipe run {recipe.name}`, or choose others with -k.")
     built = build.build(recipe, target=target, out=out)
-    req = runs.Request(kind="recipe", gpus=gpus, image=built.tags[0], names=[e.name for e in chosen],
-                       command=(str(recipe.folder.resolve()),), quick=quick, dry_run=dry_run, argv=sys.argv,
-                       merger=f"{__name__}:merge")
-    return runs.start(req, prof, out=out)
+    return jobs.recipe_run(str(recipe.folder.resolve()), [e.name for e in chosen], quick=quick), built.image
 
 
 class TaskOutput(TypedDict):
@@ -81,8 +76,7 @@ def image_facts(image_id: str, base_id: str | None, eng: Engine | None = None) -
         return {}
 
 
-def merge(local: Path, gpus: Sequence[str], tasks: Sequence[tuple[str, str, Mapping[str, Any]]], *,
-          eng: Engine | None = None) -> str:
+def merge(local: Path, gpus: Sequence[str], outcomes: Sequence[Outcome], *, eng: Engine | None = None) -> str:
     """Per GPU type: its tasks' cases as one record in local/<gpu>/ (claims judged on that GPU), its provenance
     collected as a run here collects it (the machine by the node, the checkout and image ID from the plan); returns
     the table of verdicts across GPU types for the run's summary."""
@@ -90,14 +84,14 @@ def merge(local: Path, gpus: Sequence[str], tasks: Sequence[tuple[str, str, Mapp
     recipe = None
     image, argv, runtime, checkout = planned(local)
     for g in gpus:
-        parts = [task_output(local / g / name) for gpu, name, _ in tasks if gpu == g
-                 and (local / g / name / "cases.json").is_file()]
+        parts = [task_output(local / g / o.task.name) for o in outcomes if o.task.gpu == g
+                 and (local / g / o.task.name / "cases.json").is_file()]
         if not parts:
             continue
         made = parts[0]
         recipe = read.load(made["recipe"])
         cases = [c for p in parts for c in p["cases"]]
-        status = next((s for gpu, _, s in tasks if gpu == g and s.get("gpus")), {})
+        status = next((o.status for o in outcomes if o.task.gpu == g and o.status.get("gpus")), {})
         machine = replace(made["machine"] or Machine(status.get("host")), gpu_type=g)
         gpu_name = machine.gpu_name or (status.get("gpus") or [{}])[0].get("name")
         if machine.gpu is None and gpu_name:  # a task from before the node collected its machine

@@ -10,29 +10,26 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import IO, Any, Mapping, Sequence
+from typing import IO, TYPE_CHECKING, Sequence
 
-from ..engine import resolve_engine
+from .. import jobs
+from ..engine import Image, resolve_engine
 from ..errors import ClusterUsageError, ProfileError, RecipeError
 from ..nsight import timeline
 from . import build as builds
 from . import capture, experiments
 from . import profile as profiles
 
+if TYPE_CHECKING:
+    from ..cluster.follow import Outcome
 
-def submit(name: str, *, experiment: str | None = None, case: str | None = None, tool: str = "nsys",
-           kernel: str | None = None, target: str | None = None, seconds: float = capture.SECONDS, gpus: str | None = None,
-           profile: str | None = None, dry_run: bool = False, resume: str | None = None, configured: str | None = None,
-           out: IO[str] = sys.stdout) -> Path:
-    """`--on slurm`: the image built here (cached), then one task per GPU type captures the case in it (`invoke
-    submit`'s kind of task, its report named after it: `<gpu type>-<case>.nsys-rep`); merge() makes each task's
-    folder a profile and the run's summary a table of the top kernels per GPU type."""
-    from ..cluster import profile as clusters
-    from ..cluster import runs
 
-    prof = clusters.load(clusters.find(profile, configured))
-    if resume:
-        return runs.resume(resume, prof, out=out)
+def job(name: str, *, experiment: str | None = None, case: str | None = None, tool: str = "nsys",
+        kernel: str | None = None, target: str | None = None, seconds: float = capture.SECONDS, dry_run: bool = False,
+        out: IO[str] = sys.stdout) -> tuple[jobs.Job, Image]:
+    """`--on slurm`: the image built here (cached) and the job that captures the case in it once per GPU type (its
+    report named after the type: `<gpu type>-<case>.nsys-rep`); merge() makes each task's folder a profile and the
+    run's summary a table of the top kernels per GPU type."""
     if tool == "ncu":
         raise ClusterUsageError("--tool ncu profiles the kernels the timeline ranks first, which a cluster task cannot "
                                 "hand back in between; profile with nsys on the cluster, and with --tool ncu on a GPU "
@@ -51,17 +48,16 @@ def submit(name: str, *, experiment: str | None = None, case: str | None = None,
     if dry_run:
         print(f"# each task runs, in {built.tags[0]} ({built.image_id[:19]}), from /workspace:\n# {line} --about "
               "'<profile.json's start: the recipe's provenance>'", file=out)
-    req = runs.Request(kind="submit", image=built.tags[0], command=("bash", "-c", f"{line} --about "
-                       + shlex.quote(json.dumps(doc, separators=(",", ":")))), gpus=gpus, dry_run=dry_run,
-                       argv=sys.argv, merger=f"{__name__}:merge")
-    return runs.start(req, prof, out=out)
+    argv = ("bash", "-c", f"{line} --about " + shlex.quote(json.dumps(doc, separators=(",", ":"))))
+    return jobs.Job("recipe-profile", argv, merger=f"{__name__}:merge"), built.image
 
 
-def merge(local: Path, gpus: Sequence[str], tasks: Sequence[tuple[str, str, Mapping[str, Any]]]) -> str:
+def merge(local: Path, gpus: Sequence[str], outcomes: Sequence[Outcome]) -> str:
     """Each task's folder (local/<gpu>/<task>/) made a profile as `invoke recipe profile` leaves one, from the export
     its node made (report()); returns the top kernels per GPU type for the run's summary."""
     rows, title, made = [], "", []
-    for g, name, st in tasks:
+    for o in outcomes:
+        g, name, st = o.task.gpu, o.task.name, o.status
         folder = local / g / name
         status = json.loads((folder / capture.STATUS).read_text()) if (folder / capture.STATUS).is_file() else {}
         doc = status.get("about") or {}
