@@ -25,7 +25,7 @@ TOML
 rc=0
 for kind in test bench; do
   echo "=== invoke $kind --on slurm --gpus $type -k $ops"
-  python3 -m invoke $kind --on slurm --target gpuhost --profile /tmp/kl-cluster.toml --gpus "$type" -k "$ops" \
+  python3 -m invoke $kind --on slurm --target gpuhost --cluster /tmp/kl-cluster.toml --gpus "$type" -k "$ops" \
     $([ $kind = bench ] && echo --quick) 2>&1 | tee "$out/slurm-$kind.txt" | tail -n 25
   [ "${PIPESTATUS[0]}" = 0 ] || rc=1
   run=$(grep -oE 'results/[A-Za-z0-9_.-]+' "$out/slurm-$kind.txt" | tail -n 1)

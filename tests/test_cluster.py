@@ -196,7 +196,7 @@ def test_find_without_any_profile_says_how_to_give_one(tmp_path: Path, monkeypat
         profile.find()
     message = str(e.value)
     assert message.startswith("no cluster profile")
-    assert "cluster.toml" in message and "--profile" in message and "KERNELLAB_CLUSTER" in message
+    assert "cluster.toml" in message and "--cluster" in message and "KERNELLAB_CLUSTER" in message
 
 
 def test_choose_gpus(tmp_path: Path) -> None:

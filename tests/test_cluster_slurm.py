@@ -102,7 +102,7 @@ def tasks(folder: Path) -> dict[str, dict]:
 
 def check_test_and_bench(prof: Path, runs: list[Path]) -> dict:
     """`invoke test` and `invoke bench --quick` of the CPU op on both GPU types; the bench's cluster record."""
-    t = invoke("test", "--on", "slurm", "--profile", str(prof), "-k", "rmsnorm_cpu", "--target", "cpu")
+    t = invoke("test", "--on", "slurm", "--cluster", str(prof), "-k", "rmsnorm_cpu", "--target", "cpu")
     out = t.stdout + t.stderr
     runs.append(run_folder(out))
     assert t.returncode == 0, out[-4000:]
@@ -114,7 +114,7 @@ def check_test_and_bench(prof: Path, runs: list[Path]) -> dict:
     for gpu in ("h100", "a100"):
         assert (folder / gpu / "rmsnorm_cpu" / "junit.xml").is_file()
 
-    b = invoke("bench", "--on", "slurm", "--profile", str(prof), "-k", "rmsnorm_cpu", "--quick", "--target", "cpu")
+    b = invoke("bench", "--on", "slurm", "--cluster", str(prof), "-k", "rmsnorm_cpu", "--quick", "--target", "cpu")
     out = b.stdout + b.stderr
     runs.append(run_folder(out))
     assert b.returncode == 0, out[-4000:]
@@ -165,7 +165,7 @@ def test_a_node_without_the_runtime_fails_fast_saying_which(slurm, shared: Path,
         if found:
             (bin_dir / tool).symlink_to(found)
     prof = profile(shared, "podman", name="no-podman")
-    r = invoke("submit", "--profile", str(prof), "--gpus", "h100", "--target", "cpu", "--", "true",
+    r = invoke("submit", "--cluster", str(prof), "--gpus", "h100", "--target", "cpu", "--", "true",
                env={"PATH": str(bin_dir)})
     out = r.stdout + r.stderr
     runs.append(run_folder(out))
@@ -183,7 +183,7 @@ def test_failed_and_timed_out_tasks_are_reported_others_kept_and_resume_reruns_o
               'a100/1) echo "boom: the kernel diverged" >&2; exit 3;; h100/2) sleep 600;; esac; fi; '
               'echo "$KERNELLAB_GPU_TYPE $KERNELLAB_TASK" > "$KERNELLAB_RESULTS/out.txt"')
     prof = profile(shared, "none", time_limit="1", name="short")
-    r = invoke("submit", "--profile", str(prof), "--tasks", "3", "--", script)
+    r = invoke("submit", "--cluster", str(prof), "--tasks", "3", "--", script)
     out = r.stdout + r.stderr
     runs.append(run_folder(out))
     folder = runs[-1]
@@ -198,7 +198,7 @@ def test_failed_and_timed_out_tasks_are_reported_others_kept_and_resume_reruns_o
     assert kept == ["a100/task-0/out.txt", "a100/task-2/out.txt", "h100/task-0/out.txt", "h100/task-1/out.txt"]
 
     flag.unlink()
-    again = invoke("submit", "--profile", str(prof), "--resume", folder.name)
+    again = invoke("submit", "--cluster", str(prof), "--resume", folder.name)
     out = again.stdout + again.stderr
     assert again.returncode == 0, out
     assert "2 task(s) left (a100/task-1, h100/task-2)" in out, out
@@ -226,7 +226,7 @@ def test_ctrl_c_cancels_the_arrays_says_what_and_resume_runs_the_rest(slurm, sha
     prof = profile(shared, "none", name="cancel")
     flag = tmp_path / "slow"
     flag.touch()
-    p, lines = submit_until_running("--profile", str(prof), "--tasks", "2", "--",
+    p, lines = submit_until_running("--cluster", str(prof), "--tasks", "2", "--",
                                     f'[ -e {flag} ] && sleep 600; echo ok > "$KERNELLAB_RESULTS/out.txt"')
     jobs = [line.split()[2].rstrip(":") for line in lines if line.startswith("submitted job")]
     assert len(jobs) == 2, "".join(lines)
@@ -246,27 +246,27 @@ def test_ctrl_c_cancels_the_arrays_says_what_and_resume_runs_the_rest(slurm, sha
     # What was cancelled is recorded, so --resume submits exactly that.
     assert {t["state"] for t in tasks(runs[-1]).values()} == {"cancelled"}
     flag.unlink()
-    again = invoke("submit", "--profile", str(prof), "--resume", runs[-1].name)
+    again = invoke("submit", "--cluster", str(prof), "--resume", runs[-1].name)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "4 task(s) left" in again.stdout and len(list(runs[-1].glob("*/*/out.txt"))) == 4
 
 
 def test_bad_input_is_one_sentence(slurm, shared: Path, tmp_path: Path) -> None:
     prof = profile(shared, "none", name="bad")
-    r = invoke("submit", "--profile", str(prof), "--gpus", "v100", "--", "true")
+    r = invoke("submit", "--cluster", str(prof), "--gpus", "v100", "--", "true")
     assert r.returncode == 2 and "GPU type `v100` is not in" in r.stderr and "Traceback" not in r.stderr, r.stderr
     # No Slurm client on PATH: said before anything is written.
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for tool in ("python3", "git"):
         (bin_dir / tool).symlink_to(shutil.which(tool) or "/usr/bin/false")
-    r = invoke("submit", "--profile", str(prof), "--", "true", env={"PATH": str(bin_dir)})
+    r = invoke("submit", "--cluster", str(prof), "--", "true", env={"PATH": str(bin_dir)})
     assert r.returncode == 1 and "sbatch is not installed here" in r.stderr, r.stderr
 
 
 def test_dry_run_prints_the_batch_scripts_and_submits_nothing(slurm, shared: Path) -> None:
     before = subprocess.run(["squeue", "-h"], capture_output=True, text=True).stdout
-    r = invoke("test", "--on", "slurm", "--profile", str(profile(shared, "none", name="dry")), "--dry-run",
+    r = invoke("test", "--on", "slurm", "--cluster", str(profile(shared, "none", name="dry")), "--dry-run",
                "-k", "rmsnorm_cpu or softmax")
     assert r.returncode == 0, r.stderr
     assert r.stdout.count("#!/bin/bash") == 2 and "#SBATCH --gres=gpu:h100:1" in r.stdout
@@ -280,7 +280,7 @@ def test_resume_takes_over_a_run_whose_submitting_process_died(slurm, shared: Pa
     prof = profile(shared, "none", name="takeover")
     flag = tmp_path / "hold"
     flag.touch()
-    p, lines = submit_until_running("--profile", str(prof), "--gpus", "h100", "--",
+    p, lines = submit_until_running("--cluster", str(prof), "--gpus", "h100", "--",
                                     f'while [ -e {flag} ]; do sleep 0.5; done; echo ok > "$KERNELLAB_RESULTS/out.txt"')
     os.killpg(p.pid, signal.SIGKILL)  # the SSH session dropped: nothing gathers, the job runs on
     p.wait()
@@ -288,7 +288,7 @@ def test_resume_takes_over_a_run_whose_submitting_process_died(slurm, shared: Pa
     runs.append(folder)
     assert {t["state"] for t in tasks(folder).values()} == {"submitted"}
     env = {**os.environ, "KERNELLAB_POLL_S": "1", "PYTHONUNBUFFERED": "1"}
-    resumed = subprocess.Popen([sys.executable, "-m", "invoke", "submit", "--profile", str(prof), "--resume",
+    resumed = subprocess.Popen([sys.executable, "-m", "invoke", "submit", "--cluster", str(prof), "--resume",
                                 folder.name], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True)
     time.sleep(3)
@@ -305,7 +305,7 @@ def test_a_shared_folder_the_nodes_do_not_see_is_named(slurm, shared: Path, runs
     prof = profile(shared, "none", name="unshared")
     prof.write_text(prof.read_text().replace("[gpu_types]", 'sbatch = ["--hold"]\n[gpu_types]'))
     env = {**os.environ, "KERNELLAB_POLL_S": "1", "PYTHONUNBUFFERED": "1"}
-    p = subprocess.Popen([sys.executable, "-m", "invoke", "submit", "--profile", str(prof), "--gpus", "h100", "--",
+    p = subprocess.Popen([sys.executable, "-m", "invoke", "submit", "--cluster", str(prof), "--gpus", "h100", "--",
                           "true"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert p.stdout is not None
     lines: list[str] = []
@@ -348,7 +348,7 @@ def test_a_recipe_runs_on_slurm_one_task_per_experiment_and_gpu_type_judged_per_
     folder = write_recipe(tmp_path / "fastop", commits)
     prof = profile(shared, "docker", name="recipes")
     prof.write_text(prof.read_text().replace('runtime = "docker"', 'runtime = "docker"\nload_images = false'))
-    r = invoke("recipe", "run", str(folder), "--on", "slurm", "--profile", str(prof), "--quick")
+    r = invoke("recipe", "run", str(folder), "--on", "slurm", "--cluster", str(prof), "--quick")
     out = r.stdout + r.stderr
     runs.append(run_folder(out))
     assert r.returncode == 0, out[-4000:]

@@ -44,7 +44,7 @@ def test_the_flags_choose_one_place() -> None:
     ({"native": True, "image": "img:1"}, "--image is for a container; --native runs in this Python"),
     ({"native": True, "gpu_mode": "none"}, "--gpu-mode is for a container"),
     ({"on": "slurm", "native": True}, "--native is for this machine; a cluster run uses the target's image"),
-    ({"gpus": "h100"}, "--gpus, --profile and --dry-run are for cluster runs; add --on slurm"),
+    ({"gpus": "h100"}, "--gpus, --cluster and --dry-run are for cluster runs; add --on slurm"),
     ({"on": "pbs"}, "--on pbs: kernellab submits to slurm"),
     ({"native": True, "host": "ssh://gpu-box"}, "--host is for a container; --native runs in this Python"),
     ({"on": "slurm", "host": "ssh://gpu-box"}, "--host is another machine's Docker engine; a cluster run uses"),

@@ -27,7 +27,7 @@ def test_the_dry_run_plans_the_capture_of_the_case_in_the_recipes_image_per_gpu_
     prof = tmp_path / "cluster.toml"
     prof.write_text(f'runtime = "docker"\nshared = "{tmp_path / "shared"}"\n[gpu_types]\nh100 = "--gres=gpu:h100:1"\n'
                     'a100 = "--gres=gpu:a100:1"\n')
-    r = invoke("recipe", "profile", "demo", "--on", "slurm", "--dry-run", "--profile", str(prof), "--case", "n=4096")
+    r = invoke("recipe", "profile", "demo", "--on", "slurm", "--dry-run", "--cluster", str(prof), "--case", "n=4096")
     assert r.returncode == 0, r.stdout + r.stderr
     head = r.stdout[r.stdout.index("# each task runs"):].splitlines()
     assert head[0].startswith("# each task runs, in kernellab-recipe:cpu-"), head[0]
@@ -53,7 +53,7 @@ def test_the_demos_cpu_case_is_profiled_on_each_gpu_type_and_merged(slurm, share
             shutil.rmtree(nsys_copy, ignore_errors=True)
             shutil.copytree(tools.install_folder(exe), nsys_copy, symlinks=True)
     inside = f"/cache/nsys/{exe.resolve().relative_to(tools.install_folder(exe)).as_posix()}"
-    r = invoke("recipe", "profile", "demo", "--on", "slurm", "--profile", str(profile(shared, "docker", "120")),
+    r = invoke("recipe", "profile", "demo", "--on", "slurm", "--cluster", str(profile(shared, "docker", "120")),
                "--seconds", "60", env={"KERNELLAB_NSYS": inside, "KERNELLAB_GPU_MODE": "none"})
     out = r.stdout + r.stderr
     folder = run_folder(out)

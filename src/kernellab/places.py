@@ -37,7 +37,8 @@ PLACE_HELP = {
             "copied there, the image sent if it lacks it, results copied back",
     "on": "run on a cluster: slurm (the profile, cluster.toml, says how; docs/cluster.md)",
     "gpus": "GPU types from the profile, comma-separated (default: every type it names)",
-    "profile": "the cluster profile (default: invoke config kernellab.cluster, $KERNELLAB_CLUSTER, ./cluster.toml)",
+    "cluster": "the cluster profile, a TOML file (default: invoke config kernellab.cluster, $KERNELLAB_CLUSTER, "
+               "./cluster.toml)",
     "dry_run": "print the batch scripts (or Kubernetes Jobs) and submit nothing",
     "resume": "an earlier cluster run (results/<run>): submit only its tasks that left no results",
 }
@@ -58,7 +59,7 @@ class Flags:
     host: str | None = None
     on: str | None = None
     gpus: str | None = None
-    profile: str | None = None
+    cluster: str | None = None
     dry_run: bool = False
     resume: str | None = None
 
@@ -224,11 +225,11 @@ def choose(c: Any, flags: Flags, image: Image | None = None) -> Place:
                      if flags.host else "image is for this machine")
             raise UsageError(f"--{wrong}; a cluster run uses the target's image (--target), converted for the "
                              "cluster's runtime.")
-        return Cluster(target=target, gpus=flags.gpus, profile=flags.profile, configured=config.get("cluster"),
+        return Cluster(target=target, gpus=flags.gpus, profile=flags.cluster, configured=config.get("cluster"),
                        resume=flags.resume, dry_run=flags.dry_run, argv=list(sys.argv),
                        image=image.ref if image is not None else None)
-    if flags.gpus or flags.profile or flags.dry_run:
-        raise UsageError("--gpus, --profile and --dry-run are for cluster runs; add --on slurm.")
+    if flags.gpus or flags.cluster or flags.dry_run:
+        raise UsageError("--gpus, --cluster and --dry-run are for cluster runs; add --on slurm.")
     if flags.native:
         if flags.image or flags.gpu_mode or flags.host:
             wrong = "image" if flags.image else "gpu-mode" if flags.gpu_mode else "host"

@@ -45,7 +45,7 @@ def recipes(c: Context) -> None:
     "locked": "build: install exactly the pip versions in recipes/NAME/locks/TARGET.json, or stop saying why not",
     "update": "build: resolve the recipe's pip packages afresh and rewrite its lock",
     "output": "export: the folder to write the bundle into", "chunk_size": "export: chunk size, e.g. 1G",
-    **{k: f"run, profile: {PLACE_HELP[k]}" for k in ("on", "gpus", "profile", "dry_run", "resume")},
+    **{k: f"run, profile: {PLACE_HELP[k]}" for k in ("on", "gpus", "cluster", "dry_run", "resume")},
     "native": "not for recipes: a recipe runs in its own image", "image": "not for recipes: see --target",
 })
 def recipe(c: Context, verb: str, name: str | None = None, fetch: bool = False, k: str | None = None, quick: bool = False, stand_in: bool = False,

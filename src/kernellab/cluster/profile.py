@@ -1,6 +1,6 @@
 """The cluster profile: how to reach a lab's cluster, as data (cluster.toml, docs/cluster.md).
 
-Found at --profile, else invoke config `kernellab.cluster`, else $KERNELLAB_CLUSTER, else
+Found at --cluster, else invoke config `kernellab.cluster`, else $KERNELLAB_CLUSTER, else
 cluster.toml at the repository's root. Everything a site varies (partition, account, how a GPU type
 is asked for, the runtime on the nodes, the shared folder) lives here, never in code.
 """
@@ -71,18 +71,18 @@ class Profile:
 
 
 def find(explicit: str | os.PathLike | None = None, configured: str | None = None) -> Path:
-    """Where the profile is: --profile, invoke config, $KERNELLAB_CLUSTER, else ./cluster.toml."""
+    """Where the profile is: --cluster, invoke config, $KERNELLAB_CLUSTER, else ./cluster.toml."""
     for candidate in (explicit, configured, os.environ.get("KERNELLAB_CLUSTER")):
         if candidate:
             path = Path(candidate).expanduser()
             if not path.is_file():
                 raise ClusterUsageError(f"cluster profile {path} does not exist; write one (docs/cluster.md shows "
-                                   "an example) or point --profile at yours.")
+                                   "an example) or point --cluster at yours.")
             return path
     path = ROOT / "cluster.toml"
     if not path.is_file():
         raise ClusterUsageError("no cluster profile: write cluster.toml at the repository's root (docs/cluster.md "
-                           "shows one), or pass --profile PATH or set KERNELLAB_CLUSTER.")
+                           "shows one), or pass --cluster PATH or set KERNELLAB_CLUSTER.")
     return path
 
 
