@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kernellab.provenance import Machine
 from kernellab.recipes import claims, model, read, record
 from kernellab.recipes.experiments import Case, Checked, Repeat, short_problem
 from kernellab.recipes.manifest import Manifest
@@ -92,7 +93,7 @@ def test_every_claim_gets_a_verdict_with_a_reason_for_any_metric_value(recipe, o
 
 def _run(recipe, cases, verdicts) -> record.Run:
     return record.new(recipe, manifest=Manifest("fastop", "1" * 64, "cpu", "sha256:" + "2" * 64, {}, [], {}), image_id="sha256:" + "0" * 64,
-                      machine={"gpu": None, "clocks": {}}, cases=cases, verdicts=verdicts)
+                      machine=Machine(None), cases=cases, verdicts=verdicts)
 
 
 @settings(max_examples=25, deadline=None)

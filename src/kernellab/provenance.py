@@ -128,9 +128,15 @@ class Machine:
                          check=False, timeout=60)
             if r.ok:
                 clocks = dict(zip(CLOCKS, (v.strip() for v in r.stdout.strip().split(","))))
+        return replace(cls.of(socket.gethostname(), chosen, gpu_type=gpu_type), clocks=clocks)
+
+    @classmethod
+    def of(cls, host: str, chosen: HostGpu | None, *, gpu_type: str | None = None) -> Machine:
+        """The host named host and the GPU the work uses there, as its nvidia-smi listed it; no clocks (another
+        machine's, a server reached by ssh: this machine's nvidia-smi cannot read them)."""
         facts = GpuFacts(index=chosen.index, name=chosen.name, uuid=chosen.uuid, driver=chosen.driver,
                          compute_capability=chosen.compute_capability, memory_mib=chosen.memory_mib) if chosen else None
-        return cls(socket.gethostname(), facts, chosen.driver if chosen else None, clocks, gpu_type)
+        return cls(host, facts, chosen.driver if chosen else None, {}, gpu_type)
 
     @classmethod
     def of_task(cls, environ: Mapping[str, str] = os.environ, *, gpu_type: str | None = None) -> Machine:

@@ -20,7 +20,7 @@ import sys
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import IO, Any, Callable, Mapping
 
 from .. import count, jobs, places, proc
 from ..container.runner import gpu_choice
@@ -28,6 +28,7 @@ from ..engine import Engine, resolve_engine
 from ..errors import ProfileError, RecipeError
 from ..nsight import ncu, nsys, timeline, tools
 from ..places import DEFAULT, Flags, Place
+from ..provenance import Checkout, Machine, now
 from . import build as builds
 from . import checks, experiments, inputs, manifest, model, read, record, verbs
 from .capture import OUTPUT, SECONDS, STATUS, TOOLS
@@ -80,7 +81,8 @@ def profile(name: str, *, experiment: str | None = None, case: str | None = None
         out.flush()
         status = _inside(place, job, partial)
         counters = (lambda capture: _counters(place, job, partial, capture, kernel)) if tool == "ncu" else None
-        report(partial, doc, status, record.machine(gpus[0] if with_gpu else None), counters=counters)
+        report(partial, doc, status, verbs.machine_of(host, gpus[0] if with_gpu else None),
+               checkout=Checkout.here(), counters=counters)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
@@ -114,7 +116,7 @@ def about(recipe: model.Recipe, exp: model.Experiment, params: dict[str, Any], s
     """What this side knows of the case before it runs: profile.json's start (the recipe's provenance as a run
     records it). A cluster task carries it to its node and back (capture's --about)."""
     made = record.new(recipe, manifest=manifest.read(recipe.name, built.image_id, eng), image_id=built.image_id,
-                      image_facts=verbs.image_facts(recipe, built, eng), machine={}, cases=[], verdicts=[])
+                      image_facts=verbs.image_facts(recipe, built, eng), machine=Machine(None), cases=[], verdicts=[])
     lenient = recipe.requirements.cpu and not exp.needs_cuda   # a CPU experiment of a recipe that runs on CPU
     return {"format": "kernellab-recipe-profile/1", "experiment": exp.name, "case": params,
             "command": model.substitute(exp.run, {**built.env.values, **params}), "cwd": exp.cwd,
@@ -130,10 +132,13 @@ def capture_argv(doc: dict[str, Any], stem: str) -> list[str]:
             "--stem", stem, "--seconds", f"{doc['seconds_limit']:g}", *(["--cuda", doc["cuda"]] if doc["cuda"] else [])]
 
 
-def report(folder: Path, doc: dict[str, Any], status: dict[str, Any], machine: dict[str, Any], *,
-           counters: Callable[[nsys.Capture], dict[str, Any]] | None = None, date: str | None = None) -> dict[str, Any]:
+def report(folder: Path, doc: dict[str, Any], status: dict[str, Any], machine: Machine | Mapping[str, object], *,
+           checkout: Checkout | None = None, counters: Callable[[nsys.Capture], dict[str, Any]] | None = None,
+           date: str | None = None) -> dict[str, Any]:
     """After the job ran in the image (here, or as a cluster task): its SQLite export read back (no nsys needed
-    here), checked, and folder's profile.json, timeline.png and summary.md written; the export goes. The document."""
+    here), checked, and folder's profile.json, timeline.png and summary.md written; the export goes. The document.
+    machine (and the checkout, kept in it as run.json keeps it) is where the case ran; a cluster task's merge
+    hands profile.json's form of it (profile_cluster.merge)."""
     stem = Path(str(status["report"])).stem   # .nsys-rep, or .qdrep from an nsys before 2021.4
     capture = nsys.read(folder / f"{stem}.sqlite")
     if doc.get("kernels_expected") and not capture.kernels:
@@ -141,7 +146,8 @@ def report(folder: Path, doc: dict[str, Any], status: dict[str, Any], machine: d
                            f"{shown(doc['case'])} ran on the GPU: "
                            + nsys.lost_kernels_hint(status["version"], doc["cuda"]))
     found = counters(capture) if counters else None
-    full = {**doc, "date": date or time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine,
+    ran = record.machine_json(machine, checkout) if isinstance(machine, Machine) else dict(machine)
+    full = {**doc, "date": date or now(), "machine": ran,
             "nsys": {k: status[k] for k in ("version", "path", "trace", "exit_code", "report")} | {
                 "schema": capture.schema}, "kernels": len(capture.kernels), "ranges": len(capture.ranges), "ncu": found,
             "top_kernels": [{k: r[k] for k in ("kernel", "launches", "total_ns", "share")}

@@ -5,11 +5,10 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import sys
-import time
 from pathlib import Path
 from typing import IO, Any
 
-from .. import count, gpu, jobs, places
+from .. import count, gpu, jobs, places, provenance
 from ..container.runner import LOCAL, Host, gpu_choice
 from ..engine import Engine, resolve_engine
 from ..errors import RecipeError
@@ -128,9 +127,8 @@ def run(name: str, *, where: Flags = DEFAULT, k: str | None = None, quick: bool 
     out.write(f"image {built.tags[0]} ({'unchanged, not rebuilt' if built.cached else f'built in {built.seconds:.0f} s'})\n")
     place = place or places.container(where, built.image, host, eng)
     ready = inputs.prepare_all(recipe, inputs.needed(chosen), place=place, quick=quick, stand_in=stand_in, out=out)
-    about = record.machine(chosen_gpus[0] if chosen_gpus else None)
-    gpu_name = (about["gpu"] or {}).get("name")
-    folder = record.run_folder(recipe.name, gpu_name, results)
+    machine, checkout = machine_of(host, chosen_gpus[0] if chosen_gpus else None), provenance.Checkout.here()
+    folder = record.run_folder(recipe.name, machine.gpu_name, results)
     cases: list[experiments.Case] = []
     planned = len(experiments.planned(chosen, quick))
     try:
@@ -142,7 +140,7 @@ def run(name: str, *, where: Flags = DEFAULT, k: str | None = None, quick: bool 
         absent |= {e.name: "the run stopped before it" if len(cases) < planned else "not in --quick's grid" if quick
                    else "not in its grid" for e in chosen}
         try:
-            verdicts = _record(recipe, folder, cases, built, about, ready, k=k, quick=quick, eng=eng,
+            verdicts = _record(recipe, folder, cases, built, machine, checkout, ready, k=k, quick=quick, eng=eng,
                                planned=planned, absent=absent)
         except Exception as e:
             record.salvage(folder, recipe=recipe.name, cases=cases, why=f"writing the record failed ({e})")
@@ -151,25 +149,34 @@ def run(name: str, *, where: Flags = DEFAULT, k: str | None = None, quick: bool 
 
 
 def _record(recipe: model.Recipe, folder: Path, cases: list[experiments.Case], built: builds.Built,
-            about: dict[str, Any], ready: dict[str, inputs.Ready], *, k: str | None, quick: bool,
-            eng: Engine, planned: int, absent: dict[str, str]) -> list[claims.Verdict]:
-    verdicts = claims.judge(recipe, cases, gpu_name=(about["gpu"] or {}).get("name"),
-                            stand_ins=inputs.stand_ins(recipe, ready), absent=absent)
+            machine: provenance.Machine, checkout: provenance.Checkout, ready: dict[str, inputs.Ready], *,
+            k: str | None, quick: bool, eng: Engine, planned: int, absent: dict[str, str]) -> list[claims.Verdict]:
+    verdicts = claims.judge(recipe, cases, gpu_name=machine.gpu_name, stand_ins=inputs.stand_ins(recipe, ready),
+                            absent=absent)
     run = record.new(recipe, manifest=manifest.read(recipe.name, built.image_id, eng), image_id=built.image_id,
-                     image_facts=image_facts(recipe, built, eng), machine=about, cases=cases, verdicts=verdicts, quick=quick, select=k, planned=planned,
-                     stopped_early=len(cases) < planned, date=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                     argv=list(sys.argv), engine=eng.name, inputs={n: r.to_dict() for n, r in ready.items()},
+                     image_facts=image_facts(recipe, built, eng), machine=machine, checkout=checkout, cases=cases,
+                     verdicts=verdicts, quick=quick, select=k, planned=planned, stopped_early=len(cases) < planned,
+                     date=provenance.now(), argv=list(sys.argv), engine=eng.name,
+                     inputs={n: r.to_dict() for n, r in ready.items()},
                      packages=builds.wheels_in(recipe, built.image_id, eng) if recipe.packages else {})
     record.write(folder, run)
     return verdicts
 
 
-def image_facts(recipe: model.Recipe, built: builds.Built, eng: Engine) -> dict[str, Any]:
+def image_facts(recipe: model.Recipe, built: builds.Built, eng: Engine) -> dict[str, str | None]:
     """What only this machine knows of a recipe's image (its tag, its target's lock, its manifest's hash), for a
     record's provenance (a run's, a profile's)."""
     labels = builds.verified_image(recipe, built.image)
     return {"tag": built.tags[0], "base_lock_sha256": eng.labels(built.env.base_id).get("kernellab.lock-sha256"),
             "recipe_manifest_sha256": labels.get("kernellab.recipe-manifest-sha256")}
+
+
+def machine_of(host: Host, chosen: gpu.HostGpu | None) -> provenance.Machine:
+    """The machine a run's (a profile's) record names: this one, its GPU's clocks read now; or the server --host
+    names, as it listed its GPUs (host.gpus()), without clocks, which nothing here can read."""
+    if host is LOCAL:
+        return provenance.Machine.here(chosen)
+    return provenance.Machine.of(host.hostname(), chosen)
 
 
 def chosen_gpus_of(gpu_index: str | None, host: Host = LOCAL) -> list[gpu.HostGpu]:

@@ -10,7 +10,7 @@ claims.md      the claims table; summary.md the whole run in one page; claims.pn
 raw/           every command's output, one file per case and repeat
 """
 from .pages import claims_table, compare, plot, plot_metrics, salvage, summary, write
-from .run import FORMAT, RESULTS, Run, load, machine, new, run_folder
+from .run import FORMAT, RESULTS, Run, load, machine_json, new, run_folder
 
-__all__ = ["FORMAT", "RESULTS", "Run", "claims_table", "compare", "load", "machine", "new", "plot", "plot_metrics",
+__all__ = ["FORMAT", "RESULTS", "Run", "claims_table", "compare", "load", "machine_json", "new", "plot", "plot_metrics",
            "run_folder", "salvage", "summary", "write"]

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
-from ... import ROOT, gpu
+from ... import ROOT
 from ...errors import RecipeError
 from ...provenance import Checkout, ImageFacts, Machine
 from ..claims import Verdict
@@ -57,11 +57,10 @@ class Run:
     incomplete: str | None = None         # why a record could not be written whole (salvage)
 
     def to_dict(self) -> dict[str, Any]:
-        checkout = {_CHECKOUT_KEYS[k]: v for k, v in self.checkout.to_dict().items() if k != "tree" or v is not None}
         plain = {f.name: getattr(self, f.name) for f in fields(self)
                  if f.name not in ("paper", "image", "machine", "checkout", "cases", "claims")}
         return {"format": FORMAT, **plain, "paper": vars(self.paper), "image": self.image.to_dict(),
-                "machine": {**self.machine.to_dict(), **checkout},
+                "machine": machine_json(self.machine, self.checkout),
                 "cases": [c.to_dict() for c in self.cases], "claims": [v.to_dict() for v in self.claims]}
 
     @classmethod
@@ -95,29 +94,26 @@ def _patches(data: object) -> list[Applied]:
     return list(data or [])  # type: ignore[call-overload]
 
 
-def new(recipe: Recipe, *, manifest: Manifest | None, image_id: str, machine: Machine | Mapping[str, Any],
-        cases: list[Case], verdicts: list[Verdict], checkout: Checkout | None = None,
-        image_facts: Mapping[str, str | None] | None = None, **rest: Any) -> Run:
+def new(recipe: Recipe, *, manifest: Manifest | None, image_id: str, machine: Machine, cases: list[Case],
+        verdicts: list[Verdict], checkout: Checkout | None = None, image_facts: Mapping[str, str | None] | None = None,
+        **rest: Any) -> Run:
     """A run's record from the recipe, the image's manifest (what it was made of, read from the image itself: its
     target, base, sources, patches and values), the provenance and what ran; the one place a record's provenance is
     put together, for a run here and a cluster run alike. image_facts: what only the machine with the image knows
-    (tag, base lock, manifest hash). machine may be run.json's form of it, the checkout inside (record.machine)."""
+    (tag, base lock, manifest hash)."""
     made = manifest or Manifest(recipe.name, "", None, "", {}, [], {})  # an image made otherwise: none known
     image = ImageFacts(image_id, made.target, made.recipe_sha256, made.base_image).known(image_facts or {})
-    if not isinstance(machine, Machine):
-        machine, carried = _machine(machine)
-        checkout = checkout or carried
     return Run(recipe=recipe.name, paper=recipe.paper, image=image, machine=machine,
                checkout=checkout or Checkout(None, None), sources=made.sources, patches=list(made.patches),
                values=made.values, cases=cases, claims=verdicts,
                units={m.name: m.unit for e in recipe.experiments for m in e.metrics}, **rest)
 
 
-def machine(chosen: gpu.HostGpu | None) -> dict[str, Any]:
-    """This machine and checkout in run.json's form (the form recipes.verbs hands to new); new code takes
-    provenance.Machine.here and provenance.Checkout.here."""
-    return Run(recipe="", paper=Paper("", "", 0, ""), image=ImageFacts("", None, None), machine=Machine.here(chosen),
-               checkout=Checkout.here(), sources={}, patches=[], cases=[], claims=[]).to_dict()["machine"]
+def machine_json(machine: Machine, checkout: Checkout | None) -> dict[str, object]:
+    """run.json's "machine" object (profile.json's too): the machine, and the kernellab checkout records keep in it
+    (its tree only where one was written)."""
+    kept = checkout.to_dict().items() if checkout else ()
+    return {**machine.to_dict(), **{_CHECKOUT_KEYS[k]: v for k, v in kept if k != "tree" or v is not None}}
 
 
 def save(folder: Path, run: Run) -> None:
