@@ -88,7 +88,7 @@ def test_sqsh_round_trip(tmp_path: Path, engine: Docker) -> None:
     prof = profile(tmp_path)
     made = images.prepare(prof, "kl-test:cpu", engine)
     out = prof.shared / "images" / "5a5a5a5a5a5a.sqsh"
-    assert (made.path, made.id, made.kind, made.reused) == (str(out), IMAGE_ID, "cpu", False)
+    assert (made.path, made.id, made.target_kind, made.reused) == (str(out), IMAGE_ID, "cpu", False)
     assert out.is_file()
     # nothing half-made is left beside it: only the product and its lock
     assert sorted(p.name for p in out.parent.iterdir()) == [".5a5a5a5a5a5a.sqsh.lock", "5a5a5a5a5a5a.sqsh"]

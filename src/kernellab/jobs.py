@@ -38,7 +38,7 @@ class Part:
 
 @dataclass(frozen=True)
 class Job:
-    kind: str                                # test, bench, build-kernels, watch, profile, sanitize, shell, ...
+    name: str                                # test, bench, build-kernels, watch, profile, sanitize, shell, ...
     argv: tuple[str, ...]                    # run from the repository root; "python" is the place's Python
     paths: frozenset[int] = frozenset()      # indices of argv items that are repository paths
     gpu: bool = True                         # needs a GPU where there is one
@@ -61,7 +61,7 @@ class Job:
         return tuple(mapper(Path(a)) if i in self.paths else a for i, a in enumerate(self.argv))
 
 
-def _build(kind: str, head: list[str], *flags: tuple[str, str | Path | bool | None], **job: object) -> Job:
+def _build(name: str, head: list[str], *flags: tuple[str, str | Path | bool | None], **job: object) -> Job:
     """A job from a command head and (flag, value) pairs: None/False left out, True a bare flag, a Path
     a repository path the place maps."""
     argv, paths = list(head), set()
@@ -74,7 +74,7 @@ def _build(kind: str, head: list[str], *flags: tuple[str, str | Path | bool | No
             argv.append(str(value))
         elif value is not True:
             argv.append(str(value))
-    return Job(kind, tuple(argv), frozenset(paths), **job)  # type: ignore[arg-type]
+    return Job(name, tuple(argv), frozenset(paths), **job)  # type: ignore[arg-type]
 
 
 def _path(value: str | None) -> Path | None:

@@ -85,7 +85,7 @@ class Native:
 
     def run(self, job: Job) -> int:
         if job.mounts:
-            raise UsageError(f"`{job.kind}` mounts {', '.join(job.mounts)}, which only a container can; run it in one.")
+            raise UsageError(f"`{job.name}` mounts {', '.join(job.mounts)}, which only a container can; run it in one.")
         argv = list(job.with_paths(str))
         if argv[0] == "python":
             argv[0] = sys.executable
@@ -180,7 +180,7 @@ class Cluster:
 
     def run(self, job: Job) -> int:
         if job.interactive:
-            raise ClusterUsageError(f"`invoke {job.kind}` needs this terminal; it runs here (--native) or in a container, "
+            raise ClusterUsageError(f"`invoke {job.name}` needs this terminal; it runs here (--native) or in a container, "
                                "not on a cluster.")
         from .cluster import profile as profiles  # not loaded where a job runs (a node, an image's own Python)
         from .cluster import runs
@@ -190,7 +190,7 @@ class Cluster:
             runs.resume(self.resume, prof)
             return 0
         parts = job.parts() if job.parts else [jobs.Part("task-0", cluster_command(job))]
-        runs.start(runs.Request(job.kind, parts, job.merger, gpus=self.gpus, select=job.select, target=self.target,
+        runs.start(runs.Request(job.name, parts, job.merger, gpus=self.gpus, select=job.select, target=self.target,
                                 image=self.image, dry_run=self.dry_run, argv=list(self.argv)), prof)
         return 0
 
