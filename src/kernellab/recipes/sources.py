@@ -275,10 +275,10 @@ def fetched(source: Source) -> bool:
     return _repos(source, offline=True) is not None
 
 
-def fetch(source: Source, out: Any = None) -> dict[str, Any]:
+def fetch(source: Source, out: Any = None) -> Verified:
     """Source's commit and, recursively, its submodules' in their stores (each fetched only where its store lacks
-    it), checked against the recipe's pins; returns what was verified: {url, commit, submodules}."""
-    return dict(_verified(source, out)[1])  # as recipes.verbs._fetched takes it (a Verified, once it takes that)
+    it), checked against the recipe's pins; returns what was verified (its url, commit and submodules)."""
+    return _verified(source, out)[1]
 
 
 # --------------------------------------------------------------------------- the build context

@@ -75,7 +75,7 @@ def check(name: str, *, target: str | None = None, fetch: bool = False, out: IO[
     return "\n".join(lines)
 
 
-def _fetched(source: model.Source, verified: dict[str, Any] | None) -> str:
+def _fetched(source: model.Source, verified: manifest.Verified | None) -> str:
     """What check knows of a source's commit: verified just now (--fetch), in the stores already, or neither."""
     if verified is None:
         return " (fetched)" if sources.fetched(source) else ""
