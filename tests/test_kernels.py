@@ -32,6 +32,13 @@ def _cases():
                                id=f"{op.name}-{label}-{_shape_id(shape)}-{dtype}-seed{seed}")
 
 
+def _gradient_cases():
+    for op in OPS:
+        for label, shape, dtype, seed in checks.gradient_cases(op):
+            yield pytest.param(op, label, shape, dtype, seed, marks=_marks(op),
+                               id=f"{op.name}-{label}-backward-{_shape_id(shape)}-{dtype}-seed{seed}")
+
+
 def _per_candidate():
     for op in OPS:
         for label in op.candidates:
@@ -52,6 +59,13 @@ def _loaded(op: library.OpSpec, label: str | None = None) -> library.OpModule:
 def test_matches_reference(op: library.OpSpec, label: str, shape: dict, dtype: str, seed: int) -> None:
     failure = checks.match_reference(op, _loaded(op, label), label, shape, dtype, seed)
     assert failure is None, f"{op.name}/{label}: {failure}"
+
+
+@pytest.mark.parametrize("op, label, shape, dtype, seed", list(_gradient_cases()))
+def test_gradients_match_autograd(op: library.OpSpec, label: str, shape: dict, dtype: str, seed: int) -> None:
+    """An op with a [backward]: every input's gradient against autograd on the reference (float64)."""
+    failure = checks.match_gradients(op, _loaded(op, label), label, shape, dtype, seed)
+    assert failure is None, f"{op.name}/{label} backward: {failure}"
 
 
 @pytest.mark.parametrize("mistake", list(checks.BAD_INPUTS))

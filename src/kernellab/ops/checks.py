@@ -4,6 +4,9 @@
 - `match_reference`: one candidate at one test shape, dtype and seed against the reference, the output
   pre-filled with NaN (an element the kernel forgets to write cannot pass by luck), the inputs checked
   unchanged, with the op's tolerances.
+- `match_gradients`: an op with a [backward]: one backward candidate's gradients against autograd on the
+  reference (float64), for every input that gets one, each pre-filled with NaN, its arguments checked
+  unchanged, with the op's backward tolerances.
 - `rejects_bad_input`: a wrong dtype, device or a non-contiguous first input must raise with a message
   naming the problem (`BAD_INPUTS`).
 - `rejects_bad_shapes`: a wrong-shaped `out` and the op's own `shape_errors` must raise.
@@ -42,6 +45,51 @@ def cases(op: OpSpec) -> Iterator[Case]:
             for dtype in op.dtypes:
                 for seed in op.seeds:
                     yield label, shape, dtype, seed
+
+
+def gradient_cases(op: OpSpec) -> Iterator[Case]:
+    """Every (backward candidate, test shape, dtype, seed) of an op with a [backward]; none without one."""
+    for label in op.backward.candidates if op.backward else {}:
+        for shape in op.test_shapes:
+            for dtype in op.dtypes:
+                for seed in op.seeds:
+                    yield label, shape, dtype, seed
+
+
+def match_gradients(op: OpSpec, module: OpModule, label: str, shape: dict, dtype: str, seed: int) -> str | None:
+    """None if candidate `label`'s backward gives the reference's gradients at this case, else why not.
+
+    The backward gets the reference's output as `out` (so a failure here is the backward's), a grad_out
+    from the case's seed, and gradients pre-filled with NaN; a mismatch names the input and its worst element.
+    """
+    import torch
+
+    from . import passes
+
+    inputs, _, expected, _ = _reference_side(op, module, shape, dtype, seed)
+    grad_out = module.make_grad_out(expected, seed)
+    indices = module.grad_indices(inputs)
+    wanted = module.reference_grads(inputs, grad_out)
+    grads = [torch.full_like(inputs[i], float("nan")) for i in indices]
+    args = [grad_out, *inputs, expected]
+    before = [t.clone() for t in _tensors(args)]
+    try:
+        got = module.backwards[label](grad_out, *inputs, out=expected, grads=grads)
+    except Exception as e:  # the backward's own argument check, or a launch failure
+        return f"backward raised {_oneline(e)}"
+    if len(got) != len(grads) or any(g is not w for g, w in zip(got, grads)):
+        return "backward returned new tensors instead of writing into `grads`"
+    names = ["grad_out", *(passes.grad_names(op, range(len(inputs)))), "out"]
+    for name, original, now in zip([n for n, a in zip(names, args) if isinstance(a, torch.Tensor)], before,
+                                   _tensors(args)):
+        if not torch.equal(original, now):
+            return f"backward modified its argument {name}"
+    atol, rtol = op.backward.tolerances[dtype] if op.backward else op.tolerances[dtype]
+    for name, g, w in zip(passes.grad_names(op, indices), grads, wanted):
+        failure = first_mismatch(g, w, atol=atol, rtol=rtol)
+        if failure:
+            return f"gradient of {name}: {failure}"
+    return None
 
 
 def match_reference(op: OpSpec, module: OpModule, label: str, shape: dict, dtype: str, seed: int) -> str | None:

@@ -14,7 +14,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import ConfigError, ExtensionError
-from . import extensions
+from . import extensions, passes
 from .builds import (
     COMMON,
     BuildOutcome,
@@ -43,15 +43,19 @@ class OpModule:
     """A loaded op: inputs, the reference, the candidate kernels and the baselines.
 
     Candidates take the op's inputs and an optional `out=` tensor (written in place and returned);
-    without one they allocate it. Baselines take the inputs and return a new tensor.
+    without one they allocate it. Baselines take the inputs and return a new tensor. An op with a
+    [backward] has `backwards`: label -> `call(grad_out, *inputs, out=out, grads=None) -> grads`, the
+    gradients of the inputs that get one (kernellab.ops.passes.grad_indices), written into `grads` when given.
     """
 
     def __init__(self, spec: OpSpec, reference_module: ModuleType, candidates: dict[str, Callable],
-                 build: extensions.Build | None, unavailable: dict[str, str] | None = None):
+                 build: extensions.Build | None, unavailable: dict[str, str] | None = None,
+                 backwards: dict[str, Callable] | None = None):
         self.spec = spec
         self.build = build
         self._ref = reference_module
         self.candidates = candidates
+        self.backwards = dict(backwards or {})
         #: candidates left out here, and why (op.toml's `requires`: see arch_requirements)
         self.unavailable = dict(unavailable or {})
         self.baselines: dict[str, Callable] = {}
@@ -80,6 +84,22 @@ class OpModule:
         floats = [t for t in inputs if isinstance(t, torch.Tensor) and t.is_floating_point()]
         wide = [t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in inputs]
         return self._ref.reference(*wide).to(floats[0].dtype)
+
+    def make_grad_out(self, out: Tensor, seed: int) -> Tensor:
+        """The incoming gradient for a backward at this case (reference.py's make_grad_out, else N(0, 1))."""
+        return passes.make_grad_out(self._ref, out, seed)
+
+    def reference_grads(self, inputs: tuple, grad_out: Tensor) -> list[Tensor]:
+        """The reference's gradients (float64 autograd, cast to each input's dtype), in grad_indices' order."""
+        return passes.reference_grads(self._ref.reference, inputs, grad_out, self.grad_indices(inputs))
+
+    def grad_indices(self, inputs: tuple) -> list[int]:
+        """Positions of the inputs that get a gradient."""
+        return passes.grad_indices(self.spec, inputs)
+
+    def differentiable(self, label: str, inputs: tuple) -> Callable[..., Tensor]:
+        """Candidate `label` forward and backward as one torch.autograd.Function (what the bench times)."""
+        return passes.autograd(self.candidates[label], self.backwards[label], self.grad_indices(inputs))
 
     def new_output(self, *inputs: Any) -> Tensor:
         """An uninitialised output tensor for these inputs."""
@@ -130,17 +150,40 @@ def load(op: OpSpec, *, verbose: bool = False, kernel_library: bool = False) -> 
     for label, fn_name in op.candidates.items():
         if label in unavailable:
             continue
-        try:
-            fn = getattr(namespace, fn_name)
-        except (AttributeError, RuntimeError):
-            raise ExtensionError(
-                f"{op.name}: candidate {label!r} names {fn_name!r}, which the op's sources do not register; "
-                f"check op.toml's candidates against the binding's TORCH_LIBRARY block."
-            ) from None
+        fn = _registered(op, namespace, label, fn_name)
         candidates[label] = _writing_out(fn, label, reference)
-    module = OpModule(op, reference, candidates, built, unavailable)
+    backwards = {}
+    for label, fn_name in (op.backward.candidates if op.backward else {}).items():
+        if label in candidates:
+            backwards[label] = _writing_grads(_registered(op, namespace, label, fn_name), label, op)
+    module = OpModule(op, reference, candidates, built, unavailable, backwards)
     _LOADED[key] = module
     return module
+
+
+def _registered(op: OpSpec, namespace: Any, label: str, fn_name: str) -> Callable:
+    try:
+        return getattr(namespace, fn_name)
+    except (AttributeError, RuntimeError):
+        raise ExtensionError(
+            f"{op.name}: candidate {label!r} names {fn_name!r}, which the op's sources do not register; "
+            f"check op.toml's candidates (and [backward] candidates) against the binding's KL_LIBRARY block."
+        ) from None
+
+
+def _writing_grads(fn: Callable, label: str, op: OpSpec) -> Callable:
+    """Wrap a backward out-variant `fn(grad_out, *inputs, out, *grads)` as
+    `call(grad_out, *inputs, out, grads=None) -> grads` (allocated like their inputs when not given)."""
+    import torch
+
+    def call(grad_out: Tensor, *inputs: Any, out: Tensor, grads: Any = None) -> tuple:
+        if grads is None:
+            grads = [torch.empty_like(inputs[i]) for i in passes.grad_indices(op, inputs)]
+        fn(grad_out, *inputs, out, *grads)
+        return tuple(grads)
+
+    call.__name__ = f"{label}_backward"
+    return call
 
 
 def _compiled(fn: Callable) -> Callable:

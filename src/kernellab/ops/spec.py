@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from .. import ROOT, shown
 from ..errors import ConfigError
+from . import backward as backward_spec
 from . import tolerances
 
 if sys.version_info >= (3, 11):
@@ -30,7 +31,7 @@ DEFAULT_SEEDS = [0, 1, 2]
 KERNELS = ROOT / "kernels"
 _KEYS = {
     "description", "kind", "sources", "candidates", "dtypes", "bench_dtypes", "seeds", "tolerances",
-    "bytes", "flops", "baselines", "test_shapes", "bench_shapes", "min_cuda", "requires",
+    "bytes", "flops", "baselines", "test_shapes", "bench_shapes", "min_cuda", "requires", "backward",
 }
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _EXPR_FUNCS = {"min": min, "max": max, "ceil": math.ceil, "floor": math.floor}
@@ -60,17 +61,34 @@ class OpSpec:
     min_cuda: tuple[str, str] | None = None
     #: candidate -> the arch-specific code it needs ("9.0a"): `requires = { wgmma = "sm_90a" }` in op.toml.
     requires: dict[str, str] = field(default_factory=dict)
+    #: op.toml's [backward] (kernellab.ops.backward), None for a forward-only op.
+    backward: backward_spec.BackwardSpec | None = None
 
     def __hash__(self) -> int:
         return hash((self.name, str(self.path)))
 
-    def bytes_moved(self, shape: dict, dtype: str) -> int:
-        """Fewest bytes the op must move through device memory at this shape and dtype."""
-        return int(_evaluate(self.bytes_expr, shape, dtype))
+    def bytes_moved(self, shape: dict, dtype: str, which: str = "forward") -> int:
+        """Fewest bytes the op must move through device memory at this shape and dtype, in pass `which`
+        (forward, backward, or full: the two added)."""
+        return int(sum(_evaluate(e, shape, dtype) for e in self._exprs(which, "bytes")))
 
-    def flops(self, shape: dict, dtype: str) -> int:
-        """Floating-point operations the op does at this shape and dtype."""
-        return int(_evaluate(self.flops_expr, shape, dtype))
+    def flops(self, shape: dict, dtype: str, which: str = "forward") -> int:
+        """Floating-point operations the op does at this shape and dtype, in pass `which`."""
+        return int(sum(_evaluate(e, shape, dtype) for e in self._exprs(which, "flops")))
+
+    @property
+    def passes(self) -> tuple[str, ...]:
+        """The passes the op is timed in: forward, and backward and full where it declares a backward."""
+        return backward_spec.PASSES if self.backward else ("forward",)
+
+    def _exprs(self, which: str, key: str) -> list[str]:
+        forward = self.bytes_expr if key == "bytes" else self.flops_expr
+        if which == "forward":
+            return [forward]
+        if which not in backward_spec.PASSES or self.backward is None:
+            raise ConfigError(f"{self.name} has no {which} pass (its passes: {', '.join(self.passes)}).")
+        back = self.backward.bytes_expr if key == "bytes" else self.backward.flops_expr
+        return [back] if which == "backward" else [forward, back]
 
     @property
     def needs_gpu(self) -> bool:
@@ -166,16 +184,21 @@ def parse_spec(path: Path) -> OpSpec:
                               f'"tcgen05 instructions"].')
         min_cuda = (min_cuda[0], min_cuda[1])
     requires = _requires(data.get("requires", {}), candidates, kind, where)
+    backward = backward_spec.parse(data.get("backward"), where=where, folder=folder, candidates=dict(candidates),
+                                   dtypes=dtypes, forward_tolerances=tols)
     spec = OpSpec(
         name=name, path=folder, kind=kind, description=str(data["description"]), min_cuda=min_cuda, requires=requires,
         test_shapes=test_shapes, bench_shapes=bench_shapes, dtypes=dtypes, bench_dtypes=bench_dtypes,
         seeds=seeds, tolerances=tols, bytes_expr=str(data["bytes"]), flops_expr=str(data["flops"]),
-        baselines=baselines, candidates=dict(candidates), sources=sources,
+        baselines=baselines, candidates=dict(candidates), sources=sources, backward=backward,
     )
     # Evaluate the formulas once at every shape now, so a typo fails here and not in a benchmark.
     for shape in test_shapes + bench_shapes:
         for d in dtypes:
-            for key, expr in (("bytes", spec.bytes_expr), ("flops", spec.flops_expr)):
+            exprs = [("bytes", spec.bytes_expr), ("flops", spec.flops_expr)]
+            if backward:
+                exprs += [("backward.bytes", backward.bytes_expr), ("backward.flops", backward.flops_expr)]
+            for key, expr in exprs:
                 try:
                     _evaluate(expr, shape, d)
                 except Exception as e:  # any evaluation error is the formula's fault
