@@ -10,7 +10,8 @@ limit; CUDA and NVTX traced, or NVTX and OS runtime calls where the image has no
 With --tool ncu: Nsight Compute on the kernels each --kernel names (no NVTX filter), exported as CSV. Everything goes
 to $KERNELLAB_OUT, with `inside.json`: what ran, or the problem, and --about (what the submitting side knows of the
 case, handed back as it came: a cluster task's profile is written where its results are gathered). Standard library
-and kernellab's nsight modules only.
+and kernellab's nsight modules only. Its types are the documents' shapes: About (--about, profile.json's start),
+Status (inside.json) and Profile (profile.json, which kernellab.recipes.profile.report writes).
 """
 from __future__ import annotations
 
@@ -19,16 +20,108 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from .. import proc
 from ..errors import KernellabError, ProfileError
 from ..nsight import ncu, nsys, tools
 
+if TYPE_CHECKING:  # named only: the image's Python (3.8 and newer) need not have them, nor NotRequired
+    from typing import NotRequired
+
+    from .manifest import Applied, Verified
+    from .model import Params
+    from .values import Values
+
 SECONDS = 600.0             # the capture's default time limit
 LAUNCHES = 3                # Nsight Compute's launches of each --kernel pattern
 STATUS, OUTPUT = "inside.json", "output.txt"
 TOOLS = ("nsys", "ncu")
+
+
+class About(TypedDict):
+    """profile.json's start (kernellab.recipes.profile.about): the case as the submitting side knows it before it
+    runs, and the recipe's provenance as a run records it; what --about hands in and Status hands back."""
+
+    format: str
+    experiment: str
+    case: Params
+    command: str
+    cwd: str
+    target: str | None
+    cuda: str | None
+    with_gpu: bool
+    kernels_expected: bool
+    seconds_limit: float
+    argv: list[str]
+    tool: str
+    recipe: str
+    sources: dict[str, Verified]
+    patches: list[Applied]
+    values: Values
+    paper: dict[str, object]
+    image: dict[str, object]
+
+
+class Status(TypedDict, total=False):
+    """inside.json: what the job did (nsys's capture: version, path, trace, exit_code, report; ncu's runs: version
+    and the csv files), or the problem; and --about, handed back as it came."""
+
+    problem: str | None
+    version: str | None
+    path: str
+    trace: list[str]
+    exit_code: int | None
+    report: str
+    csv: list[str]
+    about: About
+
+
+class Counters(TypedDict):
+    """Nsight Compute's counters of the kernels its patterns matched (ncu.summarize's rows)."""
+
+    version: str | None
+    patterns: list[str]
+    kernels: list[dict[str, Any]]
+
+
+class Nsys(TypedDict):
+    """What profile.json says of the capture: Status's facts of it and the export's schema."""
+
+    version: str | None
+    path: str
+    trace: list[str]
+    exit_code: int | None
+    report: str
+    schema: str
+
+
+class TopKernel(TypedDict):
+    kernel: str
+    launches: int
+    total_ns: int
+    share: float
+
+
+class OsCall(TypedDict):
+    call: str
+    calls: int
+    total_ns: int
+    max_ns: int
+
+
+class Profile(About):
+    """profile.json (kernellab.recipes.profile.report): the start (About), where it ran, what nsys captured, ncu's
+    counters (--tool ncu) and how long the case took (where nsys marked its start and finish)."""
+
+    date: str
+    machine: dict[str, object]   # run.json's form of it (record.machine_json)
+    nsys: Nsys
+    kernels: int
+    ranges: int
+    ncu: Counters | None
+    top_kernels: list[TopKernel]
+    case_seconds: NotRequired[float | None]
 
 
 def preflight(exe: Path | None, cuda: str | None) -> str | None:
@@ -55,7 +148,7 @@ def out_folder() -> Path:
     return Path(os.environ.get("KERNELLAB_OUT") or ".").resolve()
 
 
-def inside(a: argparse.Namespace) -> dict[str, Any]:
+def inside(a: argparse.Namespace) -> Status:
     """What the job in the image does: checks, the capture (or ncu's runs) into $KERNELLAB_OUT; its status."""
     folder = out_folder()
     case = program(a.cwd, a.command, str(folder))
@@ -112,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         status = inside(a)
     except KernellabError as e:
-        status = {"problem": str(e)}
+        status = Status(problem=str(e))
     if a.about is not None:
         status["about"] = a.about
     Path(out_folder(), STATUS).write_text(json.dumps(status, indent=1) + "\n")

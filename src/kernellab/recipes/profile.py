@@ -20,24 +20,25 @@ import sys
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import IO, Any, Callable, Mapping
+from typing import IO, Any, Callable, Mapping, cast
 
 from .. import count, jobs, places, proc
 from ..container.runner import gpu_choice
 from ..engine import Engine, resolve_engine
 from ..errors import ProfileError, RecipeError
+from ..image.spec import Spec
 from ..nsight import ncu, nsys, timeline, tools
 from ..places import DEFAULT, Flags, Place
 from ..provenance import Checkout, Machine, now
 from . import build as builds
 from . import checks, experiments, inputs, manifest, model, read, record, verbs
-from .capture import OUTPUT, SECONDS, STATUS, TOOLS
+from .capture import OUTPUT, SECONDS, STATUS, TOOLS, About, Counters, Nsys, OsCall, Profile, Status, TopKernel
 
 TOP = 3                     # kernels Nsight Compute profiles when --kernel names none
 LOG = "profile.log"         # what the job in the image printed
 
 
-def choose_case(recipe: model.Recipe, experiment: str | None, case: str | None) -> tuple[model.Experiment, dict[str, Any]]:
+def choose_case(recipe: model.Recipe, experiment: str | None, case: str | None) -> tuple[model.Experiment, model.Params]:
     """The experiment (default: the first) and its grid point that `--case k=v,k=v` names (default: the first)."""
     exp = recipe.experiment(experiment) if experiment else recipe.experiments[0]
     points = exp.cases()
@@ -91,7 +92,7 @@ def profile(name: str, *, experiment: str | None = None, case: str | None = None
 
 
 def check_case(name: str, experiment: str | None, case: str | None, tool: str, kernel: str | None,
-               target: str | None, seconds: float) -> tuple[model.Recipe, model.Experiment, dict[str, Any], Any]:
+               target: str | None, seconds: float) -> tuple[model.Recipe, model.Experiment, model.Params, Spec]:
     """The flags checked (each refusal one sentence, before anything is built): the recipe, the case, the target."""
     if tool not in TOOLS:
         raise RecipeError(f"--tool {tool}: use nsys (a timeline) or ncu (the timeline, then the counters of its top "
@@ -111,47 +112,49 @@ def check_case(name: str, experiment: str | None, case: str | None, tool: str, k
     return recipe, exp, params, spec
 
 
-def about(recipe: model.Recipe, exp: model.Experiment, params: dict[str, Any], spec: Any, built: builds.Built,
-          eng: Engine, *, with_gpu: bool, seconds: float, tool: str) -> dict[str, Any]:
+def about(recipe: model.Recipe, exp: model.Experiment, params: model.Params, spec: Spec, built: builds.Built,
+          eng: Engine, *, with_gpu: bool, seconds: float, tool: str) -> About:
     """What this side knows of the case before it runs: profile.json's start (the recipe's provenance as a run
     records it). A cluster task carries it to its node and back (capture's --about)."""
     made = record.new(recipe, manifest=manifest.read(recipe.name, built.image_id, eng), image_id=built.image_id,
                       image_facts=verbs.image_facts(recipe, built, eng), machine=Machine(None), cases=[], verdicts=[])
     lenient = recipe.requirements.cpu and not exp.needs_cuda   # a CPU experiment of a recipe that runs on CPU
-    return {"format": "kernellab-recipe-profile/1", "experiment": exp.name, "case": params,
-            "command": model.substitute(exp.run, {**built.env.values, **params}), "cwd": exp.cwd,
-            "target": spec.target, "cuda": spec.cuda, "with_gpu": with_gpu, "kernels_expected": with_gpu and not lenient,
-            "seconds_limit": seconds, "argv": list(sys.argv), "tool": tool,
-            **{k: v for k, v in made.to_dict().items() if k in ("recipe", "paper", "image", "sources", "patches",
-                                                                "values")}}
+    return About(format="kernellab-recipe-profile/1", experiment=exp.name, case=params,
+                 command=model.substitute(exp.run, {**built.env.values, **params}), cwd=exp.cwd, target=spec.target,
+                 cuda=spec.cuda, with_gpu=with_gpu, kernels_expected=with_gpu and not lenient, seconds_limit=seconds,
+                 argv=list(sys.argv), tool=tool, recipe=made.recipe, sources=made.sources, patches=made.patches,
+                 values=made.values, paper=vars(made.paper), image=made.image.to_dict())
 
 
-def capture_argv(doc: dict[str, Any], stem: str) -> list[str]:
+def capture_argv(doc: About, stem: str) -> list[str]:
     """The job in the image (kernellab.recipes.capture) for the case `doc` describes, its report named stem."""
     return ["python", "-m", "kernellab.recipes.capture", "--cwd", doc["cwd"], "--command", doc["command"],
             "--stem", stem, "--seconds", f"{doc['seconds_limit']:g}", *(["--cuda", doc["cuda"]] if doc["cuda"] else [])]
 
 
-def report(folder: Path, doc: dict[str, Any], status: dict[str, Any], machine: Machine | Mapping[str, object], *,
-           checkout: Checkout | None = None, counters: Callable[[nsys.Capture], dict[str, Any]] | None = None,
-           date: str | None = None) -> dict[str, Any]:
+def report(folder: Path, doc: About | Mapping[str, Any], status: Status | Mapping[str, Any],
+           machine: Machine | Mapping[str, object], *, checkout: Checkout | None = None,
+           counters: Callable[[nsys.Capture], Counters] | None = None, date: str | None = None) -> Profile:
     """After the job ran in the image (here, or as a cluster task): its SQLite export read back (no nsys needed
     here), checked, and folder's profile.json, timeline.png and summary.md written; the export goes. The document.
-    machine (and the checkout, kept in it as run.json keeps it) is where the case ran; a cluster task's merge
-    hands profile.json's form of it (profile_cluster.merge)."""
+    machine (and the checkout, kept in it as run.json keeps it) is where the case ran. A cluster task's merge
+    (profile_cluster.merge) hands the JSON its folder holds: inside.json's about and status, and profile.json's
+    form of the machine."""
+    doc, status = cast(About, doc), cast(Status, status)
     stem = Path(str(status["report"])).stem   # .nsys-rep, or .qdrep from an nsys before 2021.4
     capture = nsys.read(folder / f"{stem}.sqlite")
     if doc.get("kernels_expected") and not capture.kernels:
         raise ProfileError(f"nsys {status['version']} recorded no kernel at all while {doc['experiment']} "
                            f"{shown(doc['case'])} ran on the GPU: "
-                           + nsys.lost_kernels_hint(status["version"], doc["cuda"]))
+                           + nsys.lost_kernels_hint(status["version"] or "", doc["cuda"]))
     found = counters(capture) if counters else None
     ran = record.machine_json(machine, checkout) if isinstance(machine, Machine) else dict(machine)
-    full = {**doc, "date": date or now(), "machine": ran,
-            "nsys": {k: status[k] for k in ("version", "path", "trace", "exit_code", "report")} | {
-                "schema": capture.schema}, "kernels": len(capture.kernels), "ranges": len(capture.ranges), "ncu": found,
-            "top_kernels": [{k: r[k] for k in ("kernel", "launches", "total_ns", "share")}
-                            for r in timeline.kernel_rows(capture.kernels)[:TOP]]}
+    full: Profile = {**doc, "date": date or now(), "machine": ran,
+                     "nsys": Nsys(version=status["version"], path=status["path"], trace=status["trace"],
+                                  exit_code=status["exit_code"], report=status["report"], schema=capture.schema),
+                     "kernels": len(capture.kernels), "ranges": len(capture.ranges), "ncu": found,
+                     "top_kernels": [TopKernel(kernel=r["kernel"], launches=r["launches"], total_ns=r["total_ns"],
+                                               share=r["share"]) for r in timeline.kernel_rows(capture.kernels)[:TOP]]}
     _write(folder, full, capture, *_os_side(capture))
     (folder / f"{stem}.sqlite").unlink(missing_ok=True)  # the report holds it all; `nsys export` remakes it
     return full
@@ -196,7 +199,7 @@ def _folders(root: Path, key: str) -> tuple[Path, Path]:
         n += 1
 
 
-def _inside(place: Place, job: jobs.Job, partial: Path) -> dict[str, Any]:
+def _inside(place: Place, job: jobs.Job, partial: Path) -> Status:
     """Run the inside job; its status, or ProfileError with its one sentence."""
     code = place.run(job)
     status_file = partial / STATUS
@@ -205,14 +208,14 @@ def _inside(place: Place, job: jobs.Job, partial: Path) -> dict[str, Any]:
         last = [line for line in log.splitlines() if line.strip()][-1:]
         why = f"timed out after {job.timeout:g} s" if code == proc.TIMED_OUT else f"exited with code {code}"
         raise ProfileError(f"the profiling job in the recipe's image {why}{': ' + last[0] if last else ''}.")
-    status: dict[str, Any] = json.loads(status_file.read_text())
+    status: Status = json.loads(status_file.read_text())
     status_file.unlink()
-    if status.get("problem"):
-        raise ProfileError(status["problem"])
+    if problem := status.get("problem"):
+        raise ProfileError(problem)
     return status
 
 
-def _counters(place: Place, job: jobs.Job, partial: Path, capture: nsys.Capture, kernel: str | None) -> dict[str, Any]:
+def _counters(place: Place, job: jobs.Job, partial: Path, capture: nsys.Capture, kernel: str | None) -> Counters:
     """Nsight Compute on the named kernels (or the timeline's top TOP), one ncu run per pattern, in the image."""
     names = [r["kernel"] for r in timeline.kernel_rows(capture.kernels)[:TOP]]
     if not kernel and not names:
@@ -222,13 +225,13 @@ def _counters(place: Place, job: jobs.Job, partial: Path, capture: nsys.Capture,
             *(["--ncu", x] if (x := _host_override("ncu")) else [])]
     status = _inside(place, dataclasses.replace(job, argv=tuple(argv), tools=("ncu",)), partial)
     rows = [ncu.summarize(r) for f in status["csv"] for r in ncu.parse_raw_csv((partial / f).read_text())]
-    return {"version": status["version"], "patterns": patterns, "kernels": rows}
+    return Counters(version=status["version"], patterns=patterns, kernels=rows)
 
 
 # --------------------------------------------------------------------------- what the capture says
 
 
-def _os_side(capture: nsys.Capture) -> tuple[list[dict[str, Any]], list[nsys.Range]]:
+def _os_side(capture: nsys.Capture) -> tuple[list[OsCall], list[nsys.Range]]:
     """From nsys's osrt trace: one row per OS runtime call name (calls above its threshold), most time first; and
     for the picture, the case's span (from nsys's OS-runtime start and finish markers) above the calls."""
     calls = [(c.name, c.start, c.end, c.thread) for c in capture.os_calls]
@@ -239,11 +242,11 @@ def _os_side(capture: nsys.Capture) -> tuple[list[dict[str, Any]], list[nsys.Ran
         if end > start:
             found[name].append(end - start)
             spans.append(nsys.Range(name, start, end, thread, "osrt"))
-    rows = [{"call": n, "calls": len(v), "total_ns": sum(v), "max_ns": max(v)} for n, v in found.items()]
+    rows = [OsCall(call=n, calls=len(v), total_ns=sum(v), max_ns=max(v)) for n, v in found.items()]
     return sorted(rows, key=lambda r: -r["total_ns"]), spans
 
 
-def _write(folder: Path, doc: dict[str, Any], capture: nsys.Capture, osrt: list[dict[str, Any]],
+def _write(folder: Path, doc: Profile, capture: nsys.Capture, osrt: list[OsCall],
            spans: list[nsys.Range]) -> None:
     """profile.json, timeline.png (one lane: the NVTX ranges, else the case's span and its OS calls, above the
     kernels) and summary.md; an empty log of the job goes."""
@@ -262,17 +265,18 @@ def _write(folder: Path, doc: dict[str, Any], capture: nsys.Capture, osrt: list[
         (folder / LOG).unlink()
 
 
-def shown(params: dict[str, Any]) -> str:
+def shown(params: model.Params) -> str:
     return " ".join(f"{k}={v}" for k, v in params.items()) or "(its one case)"
 
 
-def markdown(doc: dict[str, Any], capture: nsys.Capture, osrt: list[dict[str, Any]], folder: Path) -> str:
-    ns, image, gpu = doc["nsys"], doc["image"], (doc["machine"].get("gpu") or {}).get("name")
+def markdown(doc: Profile, capture: nsys.Capture, osrt: list[OsCall], folder: Path) -> str:
+    ns, image, machine = doc["nsys"], doc["image"], Machine.from_dict(doc["machine"])
+    gpu = machine.gpu_name
     ended = ("stopped at the time limit" if ns["exit_code"] is None else f"the case exited with code {ns['exit_code']}"
              + (f" after {doc['case_seconds']:g} s" if doc.get("case_seconds") else ""))
     lines = [f"# Profile: {doc['recipe']}, {doc['experiment']} {shown(doc['case'])}", "",
              f"- image: `{image.get('tag')}` (`{str(image.get('id'))[:19]}`, target {doc['target']}, CUDA "
-             f"{doc['cuda'] or 'none'}), {'GPU ' + gpu + ' (driver ' + str(doc['machine'].get('driver')) + ')' if gpu else 'no GPU'}",
+             f"{doc['cuda'] or 'none'}), {'GPU ' + gpu + ' (driver ' + str(machine.driver) + ')' if gpu else 'no GPU'}",
              f"- Nsight Systems {ns['version']} (export schema {ns['schema']}), traced: {', '.join(ns['trace'])}; CPU "
              f"sampling off; capture limited to {doc['seconds_limit']:g} s ({ended})",
              f"- report: `{ns['report']}` (open it in Nsight Systems); picture: `timeline.png`; the case's output: "
@@ -291,15 +295,15 @@ def markdown(doc: dict[str, Any], capture: nsys.Capture, osrt: list[dict[str, An
                   [f"| `{r['call']}` | {r['calls']} | {timeline.us(r['total_ns'])} | {timeline.us(r['max_ns'])} |"
                    for r in osrt[:15]]) if osrt else ["None above nsys's threshold: the program spent its time "
                                                       "computing, not waiting on the OS."]
-    if doc.get("ncu"):
-        lines += ["", "## Nsight Compute", "", *_ncu_table(doc["ncu"])]
+    if counters := doc.get("ncu"):
+        lines += ["", "## Nsight Compute", "", *_ncu_table(counters)]
     output = (folder / OUTPUT).read_text(errors="replace") if (folder / OUTPUT).is_file() else ""
     lines += ["", "## The case's output (last lines)", "", "```",
               *(output.rstrip().splitlines()[-15:] or ["(no output)"]), "```"]
     return "\n".join(lines) + "\n"
 
 
-def _ncu_table(counters: dict[str, Any]) -> list[str]:
+def _ncu_table(counters: Counters) -> list[str]:
     def f(v: float | None, spec: str = ".1f") -> str:
         return "–" if v is None else f"{v:{spec}}"
 
