@@ -21,7 +21,7 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Sequence, TypedDict
+from typing import IO, Any, Sequence, TypedDict, cast
 
 from .. import cache_root, jobs, shown
 from ..errors import RecipeError
@@ -40,6 +40,27 @@ class InputFacts(TypedDict):
     description: str
     folder: str
     sha256: str
+
+
+class Made(TypedDict, total=False):
+    """input.json, in an input's folder: what made it (its kind and description; the command, or the URL and the
+    download's sha256), its files' sha256 and when it was made."""
+
+    kind: str
+    description: str
+    command: str
+    url: str
+    download_sha256: str
+    sha256: str
+    made: str
+
+
+class Download(TypedDict):
+    """A download in locks/inputs.json, whose recipe gives no sha256 (recorded at the first)."""
+
+    url: str | None
+    sha256: str
+    bytes: int
 
 
 @dataclass(frozen=True)
@@ -111,9 +132,9 @@ def _key(recipe: Recipe, command: str) -> str:
     return h.hexdigest()[:16]
 
 
-def _ready(folder: Path) -> dict[str, Any] | None:
+def _ready(folder: Path) -> Made | None:
     try:
-        return dict(json.loads((folder / "input.json").read_text()))
+        return cast(Made, dict(json.loads((folder / "input.json").read_text())))
     except (OSError, ValueError):
         return None
 
@@ -129,7 +150,7 @@ def _files_sha256(folder: Path) -> str:
     return h.hexdigest()
 
 
-def _finish(partial: Path, final: Path, about: dict[str, Any]) -> dict[str, Any]:
+def _finish(partial: Path, final: Path, about: Made) -> Made:
     about = {**about, "sha256": _files_sha256(partial), "made": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     (partial / "input.json").write_text(json.dumps(about, indent=2, sort_keys=True) + "\n")
     try:
@@ -180,7 +201,7 @@ def _cached_data(recipe: Recipe, inp: Input) -> Path | None:
     return None
 
 
-def recorded(recipe: Recipe) -> dict[str, Any]:
+def recorded(recipe: Recipe) -> dict[str, Download]:
     """locks/inputs.json: the sha256 and size of downloads whose recipe gives none (recorded at the first)."""
     path = recipe.folder / LOCKS / "inputs.json"
     return dict(json.loads(path.read_text())) if path.is_file() else {}
@@ -189,7 +210,7 @@ def recorded(recipe: Recipe) -> dict[str, Any]:
 def _record(recipe: Recipe, inp: Input, sha: str, size: int) -> Path:
     path = recipe.folder / LOCKS / "inputs.json"
     data = recorded(recipe)
-    data[inp.name] = {"url": inp.url, "sha256": sha, "bytes": size}
+    data[inp.name] = Download(url=inp.url, sha256=sha, bytes=size)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     return path
@@ -197,7 +218,7 @@ def _record(recipe: Recipe, inp: Input, sha: str, size: int) -> Path:
 
 def _fetched(recipe: Recipe, inp: Input, *, place: Place, out: IO[str]) -> Ready:
     assert inp.url is not None
-    known = inp.sha256 or recorded(recipe).get(inp.name, {}).get("sha256", "")
+    known = inp.sha256 or recorded(recipe).get(inp.name, cast(Download, {})).get("sha256", "")
     if known:
         final = root(recipe.name) / inp.name / f"data-{known[:16]}"
         about = _ready(final)
