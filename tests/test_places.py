@@ -142,7 +142,7 @@ def test_a_recipe_case_and_a_recipe_task_are_jobs_like_any_other(tmp_path) -> No
     job = jobs.recipe_run("/repo/recipes/demo", ["blocked", "tiled"], quick=True)
     assert [p.name for p in job.parts()] == ["blocked", "tiled"] and job.merger == "kernellab.recipes.on_cluster:merge"
     argv, env = task_argv(job.parts()[1].argv, "run1", "h100", "tiled")
-    assert argv == ["python", "-m", "kernellab.recipes.task", "/repo/recipes/demo", "tiled", "--quick", "--out",
+    assert argv == ["python", "-m", "kernellab.recipes.on_node", "/repo/recipes/demo", "tiled", "--quick", "--out",
                     "results/run1/h100/tiled"] and env["KERNELLAB_RESULTS"] == "results/run1/h100/tiled"
 
 

@@ -15,7 +15,7 @@ from kernellab.cluster.plan import Plan, Task
 from kernellab.cluster.report import record as cluster_record
 from kernellab.container.runner import LOCAL
 from kernellab.places import Native
-from kernellab.recipes import claims, on_cluster, read, record, task, verbs
+from kernellab.recipes import claims, on_cluster, on_node, read, record, reproduce
 from kernellab.recipes.manifest import Manifest
 from recipe_fixtures import write_recipe
 
@@ -56,9 +56,9 @@ def _made_of(recipe) -> Manifest:
 
 
 def _local(recipe, folder: Path) -> record.Run:
-    """A run here as recipes.verbs records it: this host (verbs.machine_of), the checkout, the image's facts."""
+    """A run here as recipes.reproduce records it: this host (reproduce.machine_of), the checkout, the image's facts."""
     cases = _cases(recipe, folder)
-    run = record.new(recipe, manifest=_made_of(recipe), image_id=IMAGE, machine=verbs.machine_of(LOCAL, H100),
+    run = record.new(recipe, manifest=_made_of(recipe), image_id=IMAGE, machine=reproduce.machine_of(LOCAL, H100),
                      checkout=provenance.Checkout.here(),
                      image_facts={"tag": "kernellab-recipe:cpu-111111111111", "base_lock_sha256": "6" * 64,
                                   "recipe_manifest_sha256": "9" * 64},
@@ -91,11 +91,11 @@ class _InSrc:
 
 def _cluster(recipe, tmp: Path, monkeypatch, runtime: str) -> Path:
     """A cluster run as its code paths make it: the plan (runs.start's checkout, the converted image), each task on
-    its node (recipes.task), cluster.json (cluster.report.record), then the merge (recipes.on_cluster)."""
+    its node (recipes.on_node), cluster.json (cluster.report.record), then the merge (recipes.on_cluster)."""
     local = tmp / "results" / "run1"
     tmp.mkdir(parents=True, exist_ok=True)
-    monkeypatch.setattr(task, "IN_IMAGE", tmp / "no-image")
-    monkeypatch.setattr(task, "MANIFEST", tmp / "manifest.json")
+    monkeypatch.setattr(on_node, "IN_IMAGE", tmp / "no-image")
+    monkeypatch.setattr(on_node, "MANIFEST", tmp / "manifest.json")
     (tmp / "manifest.json").write_text(json.dumps(_made_of(recipe).to_dict()))
     tasks = [Task("h100", i, e.name, []) for i, e in enumerate(recipe.experiments)]
     plan = Plan(run="run1", job="recipe", rundir=str(tmp / "shared"), runtime=runtime, gpu_mode="",
@@ -104,7 +104,7 @@ def _cluster(recipe, tmp: Path, monkeypatch, runtime: str) -> Path:
                 checkout=provenance.Checkout.here())
     for t in tasks:
         place = _InSrc(recipe.folder, tmp)
-        assert task.main([str(recipe.folder), t.name, "--quick", "--out", str(local / "h100" / t.name)], place=place) == 0
+        assert on_node.main([str(recipe.folder), t.name, "--quick", "--out", str(local / "h100" / t.name)], place=place) == 0
     status = {"host": "node7", "gpus": [{"index": "0", "name": H100.name, "uuid": H100.uuid}]}
     cluster_record(plan, [Outcome(t, "completed", "", status) for t in tasks], local)
     on_cluster.merge(local, ["h100"], [Outcome(t, "done", "", status) for t in tasks], eng=Labels())  # type: ignore[arg-type]
@@ -151,7 +151,7 @@ def test_a_record_made_for_a_remote_host_names_that_host_and_its_gpu(tmp_path, m
     recipe = read.load(str(write_recipe(tmp_path / "fastop", {"paper": "a" * 40, "helper": "b" * 40})))
     server = _Server()
     a100 = server.gpus()[0]
-    machine = verbs.machine_of(server, a100)  # type: ignore[arg-type]
+    machine = reproduce.machine_of(server, a100)  # type: ignore[arg-type]
     folder = record.run_folder(recipe.name, machine.gpu_name, tmp_path / "results")
     cases = _cases(recipe, folder)
     record.write(folder, record.new(recipe, manifest=_made_of(recipe), image_id=IMAGE, machine=machine,
@@ -169,7 +169,7 @@ def test_a_cluster_run_on_a_runtime_other_than_docker_is_exported_with_its_image
     for runtime in ("apptainer", "enroot", "charliecloud"):
         folder = _cluster(recipe, tmp_path / runtime, monkeypatch, runtime)
         assert record.load(folder).image.id == IMAGE
-        mine, left = verbs._runs_of(IMAGE, (folder,))
+        mine, left = reproduce._runs_of(IMAGE, (folder,))
         assert mine == [folder] and not left
 
 

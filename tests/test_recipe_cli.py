@@ -11,7 +11,7 @@ import pytest
 
 from kernellab import count, shown
 from kernellab.errors import RecipeError
-from kernellab.recipes import read, sources, verbs
+from kernellab.recipes import read, reproduce, sources
 from recipe_fixtures import write_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,17 +90,17 @@ def test_check_counts_one_case_and_one_claim_in_the_singular(tmp_path):
     _edit(folder, "case = { n = 10 }\n", "")
     _edit(folder, '[[claims]]\nname = "n20 speedup"', '[[unused]]\nname = "n20 speedup"')
     (folder / "recipe.toml").write_text((folder / "recipe.toml").read_text().split("[[unused]]")[0])
-    text = verbs.check(str(folder))
+    text = reproduce.check(str(folder))
     assert "fastop (2 cases x 2 repeats), baseline (1 case x 1 repeat)" in text
     assert "claims: 1 (1 ratio)" in text
-    assert "2 experiments, 1 claim\n" in verbs.listing(tmp_path) + "\n"
+    assert "2 experiments, 1 claim\n" in reproduce.listing(tmp_path) + "\n"
 
 
 # --------------------------------------------------------------------------- check --fetch
 
 def test_check_without_fetch_says_how_to_check_the_patches(paper):
     root, commits = paper
-    text = verbs.check(str(write_recipe(root / "r" / "fastop", commits)))
+    text = reproduce.check(str(write_recipe(root / "r" / "fastop", commits)))
     assert f"patches: 1 (not checked until fetched: speed.diff; `invoke recipe check {root / 'r' / 'fastop'} --fetch` fetches and applies them)" in text
     assert not (root / "cache" / "recipes" / "objects").exists(), "nothing fetched"
 
@@ -108,7 +108,7 @@ def test_check_without_fetch_says_how_to_check_the_patches(paper):
 def test_check_fetch_fetches_through_the_mirror_verifies_the_pins_and_applies_the_patches(paper, capsys):
     root, commits = paper
     folder = write_recipe(root / "r" / "fastop", commits)
-    text = verbs.check(str(folder), fetch=True)
+    text = reproduce.check(str(folder), fetch=True)
     assert f"sources: fastop {commits['paper'][:12]} (fetched; commit and submodule third/helper at " \
            f"{commits['helper'][:12]} verified)" in text
     assert "patches: 1 (apply cleanly)" in text
@@ -124,14 +124,14 @@ def test_check_fetch_refuses_a_commit_the_mirror_lacks(paper):
     folder = write_recipe(root / "r" / "fastop", {**commits, "paper": "f" * 40})
     with pytest.raises(RecipeError, match=r"https://github.com/paper-lab/fastop has no commit f{40}; check the "
                                           r"recipe's commit"):
-        verbs.check(str(folder), fetch=True)
+        reproduce.check(str(folder), fetch=True)
 
 
 def test_check_fetch_refuses_a_submodule_pin_the_commit_does_not_record(paper):
     root, commits = paper
     folder = write_recipe(root / "r" / "fastop", {**commits, "helper": "e" * 40})
     with pytest.raises(RecipeError, match=rf"submodule third/helper is at {commits['helper']}, not the recipe's e{{40}}"):
-        verbs.check(str(folder), fetch=True)
+        reproduce.check(str(folder), fetch=True)
 
 
 def test_check_fetch_reports_a_patch_that_does_not_apply_as_build_does(paper):
@@ -140,7 +140,7 @@ def test_check_fetch_reports_a_patch_that_does_not_apply_as_build_does(paper):
     (folder / "patches/speed.diff").write_text((folder / "patches/speed.diff").read_text().replace("SPEED=2", "SPEED=3"))
     with pytest.raises(RecipeError, match=r"patch patches/speed.diff does not apply to fastop at build.sh line 1; "
                                           r"remake it against commit"):
-        verbs.check(str(folder), fetch=True)
+        reproduce.check(str(folder), fetch=True)
 
 
 def test_the_task_passes_fetch_and_exits_2_on_a_bad_patch(paper):
@@ -156,7 +156,7 @@ def test_the_task_passes_fetch_and_exits_2_on_a_bad_patch(paper):
 # --------------------------------------------------------------------------- pairing
 
 def test_check_says_how_the_demos_claims_pair_their_cases():
-    text = verbs.check("demo")
+    text = reproduce.check("demo")
     assert '    "CPU n2048 speedup": blocked n=2048 against naive n=2048\n' in text
     assert '    "GPU n8192 speedup": tiled-cuda n=8192 against naive-cuda n=8192 (--quick leaves it out)\n' in text
     assert '    "GPU n8192 time on V100": tiled-cuda n=8192 (absolute: judged only on the paper\'s V100; --quick leaves it out)' in text
@@ -167,7 +167,7 @@ def test_a_claim_without_a_case_pairs_the_first_of_a_grid_with_a_baseline_withou
     _edit(folder, BASELINE_GRID, NO_GRID)
     _edit(folder, "case = { n = 10 }\n", "")
     _edit(folder, "case = { n = 20 }\n", "")
-    text = verbs.check(str(folder))
+    text = reproduce.check(str(folder))
     assert ('"n10 speedup": fastop n=10 (the first case of its grid: the claim names no case) against baseline '
             '(its only case: it has no grid)') in text
 
@@ -176,7 +176,7 @@ def test_a_pairing_that_can_never_happen_is_refused_naming_file_and_key(tmp_path
     folder = write_recipe(tmp_path / "f", {"paper": "a" * 40, "helper": "b" * 40})
     _edit(folder, BASELINE_GRID, NO_GRID)
     with pytest.raises(RecipeError) as e:
-        verbs.check(str(folder))
+        reproduce.check(str(folder))
     assert str(e.value) == (
         f"{shown(folder / 'recipe.toml')}: claims[0].case {{n = 10}} is never a case of baseline experiment baseline (it "
         f"has no grid: its one case has no n), so claim \"n10 speedup\" could never be judged; give baseline a grid "

@@ -414,10 +414,10 @@ def test_absolute_claims_are_judged_only_on_the_papers_gpu_model(tmp_path):
 
 
 def test_check_builds_and_fetches_nothing_and_is_fast(tmp_path, monkeypatch):
-    from kernellab.recipes import verbs
+    from kernellab.recipes import reproduce
 
     monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path))
-    text = verbs.check("demo")
+    text = reproduce.check("demo")
     assert "is valid" in text and "target cpu" in text and "patches: 2 (apply cleanly)" in text
     assert (tmp_path / "recipes" / "folders.git").is_dir(), "the demo's own folders, made into commits"
     assert not (tmp_path / "recipes" / "objects").exists(), "nothing fetched"
@@ -532,10 +532,10 @@ def test_gpu_mode_none_is_refused_where_every_case_would_fail_without_a_gpu(cuda
 
 
 def test_check_lists_the_values_a_step_may_use(tmp_path, monkeypatch):
-    from kernellab.recipes import verbs
+    from kernellab.recipes import reproduce
 
     monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path))
-    text = verbs.check("demo", target="cu124-debian")
+    text = reproduce.check("demo", target="cu124-debian")
     assert "{gencode} = -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90" in text
     assert "{use_cuda} = ON" in text and "{cuda_archs} = 80;90" in text
     assert all(f"{{{k}}} = " in text for k in ("python", "torch", "cxx11_abi", "llvm_config", "cuda_stub", "jobs"))
@@ -571,25 +571,25 @@ def test_the_task_says_what_it_wants_in_one_sentence_with_exit_code_2():
 
 
 def test_a_cluster_task_runs_one_experiment_and_the_submitter_judges_each_gpu_type(tmp_path, monkeypatch):
-    """kernellab.recipes.task as a cluster node runs it (here natively: bash stands in for the image), then
+    """kernellab.recipes.on_node as a cluster node runs it (here natively: bash stands in for the image), then
     kernellab.recipes.on_cluster.merge: one record per GPU type, claims judged on that type's GPU."""
     from kernellab import jobs
     from kernellab.cluster import plan
-    from kernellab.recipes import on_cluster, task
+    from kernellab.recipes import on_cluster, on_node
 
     folder = write_recipe(tmp_path / "fastop", {"paper": "a" * 40, "helper": "b" * 40})
     (part,) = jobs.recipe_run(str(folder), ["fastop"], quick=True).parts()
     argv, env = plan.task_argv(part.argv, "run1", "h100", "fastop")
     # The task's command line is the job's part (kernellab.jobs.recipe_run), like every other cluster task's.
-    assert argv == ["python", "-m", "kernellab.recipes.task", str(folder), "fastop", "--quick", "--out",
+    assert argv == ["python", "-m", "kernellab.recipes.on_node", str(folder), "fastop", "--quick", "--out",
                     "results/run1/h100/fastop"] and env["KERNELLAB_GPU_TYPE"] == "h100"
     src = tmp_path / "src"   # the image's /src: the fixture's bench.sh with the patch applied
     src.mkdir()
     (src / "out").mkdir()
     (src / "out" / "config").write_text("SPEED=5\n")
     (src / "bench.sh").write_text('. out/config\necho "max diff: 0.001"\necho "time: $(( $1 * 10 / SPEED )) ms"\n')
-    monkeypatch.setattr(task, "IN_IMAGE", tmp_path / "no-image")
-    monkeypatch.setattr(task, "MANIFEST", tmp_path / "no-manifest.json")
+    monkeypatch.setattr(on_node, "IN_IMAGE", tmp_path / "no-image")
+    monkeypatch.setattr(on_node, "MANIFEST", tmp_path / "no-manifest.json")
     from kernellab.places import Native
 
     class InSrc:  # the Native place a task runs its cases in, with /src/<cwd> of the image at tmp_path/src
@@ -600,7 +600,7 @@ def test_a_cluster_task_runs_one_experiment_and_the_submitter_judges_each_gpu_ty
     local = tmp_path / "run"
     for gpu in ("h100", "a100"):
         for exp in ("fastop", "baseline"):
-            assert task.main([str(folder), exp, "--out", str(local / gpu / exp)], place=InSrc()) == 0
+            assert on_node.main([str(folder), exp, "--out", str(local / gpu / exp)], place=InSrc()) == 0
     out = json.loads((local / "h100" / "fastop" / "cases.json").read_text())
     assert out["recipe"] == str(folder) and [c["metrics"] for c in out["cases"]] == [{"time_ms": 20.0}, {"time_ms": 40.0}]
     from kernellab.cluster.follow import Outcome
@@ -787,7 +787,7 @@ def test_a_recipe_whose_system_is_a_package_names_it_at_one_version_and_offers_b
 
     liger = read.load("liger")
     assert [p.requirement for p in liger.packages] == ["liger-kernel==0.8.5"] and not liger.sources
-    assert liger.baselines == {"layernorm": liger.folder / "baselines" / "layernorm.py"}
+    assert liger.baselines == {op: liger.folder / "baselines" / f"{op}.py" for op in ("layernorm", "rmsnorm", "softmax")}
     assert liger.pip_all == ("liger-kernel==0.8.5",)
     # Its wheel, as pip's report has it, is checked against the lock: another file under the same version is refused.
     report = json.dumps({"install": [{"metadata": {"name": "liger_kernel", "version": "0.8.5"},

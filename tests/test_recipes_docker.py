@@ -16,7 +16,7 @@ import pytest
 from kernellab import engine
 from kernellab.errors import BuildError, RecipeError
 from kernellab.places import Container, Flags
-from kernellab.recipes import build, read, verbs
+from kernellab.recipes import build, read, reproduce
 from recipe_fixtures import make_mirror, make_wheel, mirror_env, write_recipe
 
 NO_GPU = Flags(gpu_mode="none")  # a run without a GPU
@@ -89,7 +89,7 @@ def test_two_runs_started_in_the_same_second_both_keep_their_records(paper, tmp_
 
     def run(k: str) -> None:
         try:
-            runs[k] = verbs.run(str(folder), k=k, quick=True, where=NO_GPU, results=tmp_path / "results",
+            runs[k] = reproduce.run(str(folder), k=k, quick=True, where=NO_GPU, results=tmp_path / "results",
                                 engine=DOCKER, out=io.StringIO())[0]
         except BaseException as e:  # noqa: BLE001  (asserted below)
             runs[k] = e
@@ -161,7 +161,7 @@ def test_a_failing_step_is_named_with_its_log_and_the_next_build_resumes_there(p
 def test_a_recipe_run_judges_its_claims_and_writes_one_record(paper, tmp_path):
     root, commits = paper
     folder = write_recipe(root / "r" / "fastop", commits)
-    run, verdicts, cases = verbs.run(str(folder), where=NO_GPU, results=tmp_path / "results", engine=DOCKER,
+    run, verdicts, cases = reproduce.run(str(folder), where=NO_GPU, results=tmp_path / "results", engine=DOCKER,
                                      out=io.StringIO())
     assert [c.metrics["time_ms"] for c in cases] == [20.0, 40.0, 100.0, 200.0]  # the patch made SPEED 5
     assert [(v.claim, v.verdict) for v in verdicts] == [("n10 speedup", "reproduced"), ("n20 speedup", "not reproduced")]
@@ -184,7 +184,7 @@ def test_a_run_of_an_image_another_cache_built_records_what_the_image_was_made_o
     folder = write_recipe(root / "r" / "fastop", commits)
     build.build(read.load(str(folder)), engine=DOCKER, out=io.StringIO())
     monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path / "another-cache"))
-    run, _, cases = verbs.run(str(folder), k="fastop", quick=True, where=NO_GPU, results=tmp_path / "results",
+    run, _, cases = reproduce.run(str(folder), k="fastop", quick=True, where=NO_GPU, results=tmp_path / "results",
                               engine=DOCKER, out=io.StringIO())
     data = json.loads((run / "run.json").read_text())
     assert cases and data["sources"]["fastop"]["commit"] == commits["paper"]
@@ -241,7 +241,7 @@ def test_an_exported_recipe_carries_image_recipe_and_runs_and_a_damaged_file_sto
 
     root, commits = paper
     folder = write_recipe(root / "r" / "fastop", commits)
-    run, _, _ = verbs.run(str(folder), where=NO_GPU, quick=True, results=tmp_path / "results", engine=DOCKER,
+    run, _, _ = reproduce.run(str(folder), where=NO_GPU, quick=True, results=tmp_path / "results", engine=DOCKER,
                           out=io.StringIO())
     # A run of another image (an earlier build) beside it: it is not this image's, so it is left out, said so.
     other = tmp_path / "results" / "fastop" / "20200101-000000-nogpu"
@@ -250,11 +250,11 @@ def test_an_exported_recipe_carries_image_recipe_and_runs_and_a_damaged_file_sto
     data["image"]["id"] = "sha256:" + "e" * 64
     (other / "run.json").write_text(json.dumps(data))
     with pytest.raises(RecipeError, match=r"20200101-000000-nogpu was not run with the image being exported"):
-        verbs.export(str(folder), tmp_path / "refused", runs=(run, other), engine=DOCKER, out=io.StringIO())
+        reproduce.export(str(folder), tmp_path / "refused", runs=(run, other), engine=DOCKER, out=io.StringIO())
     said = io.StringIO()
     from kernellab.recipes import record
     monkeypatch.setattr(record, "RESULTS", tmp_path / "results")
-    bundle = verbs.export(str(folder), tmp_path / "bundles", engine=DOCKER, out=said)
+    bundle = reproduce.export(str(folder), tmp_path / "bundles", engine=DOCKER, out=said)
     assert f"runs packed: {run.name}" in said.getvalue() and "left out: 20200101-000000-nogpu (made with image" in said.getvalue()
     assert (bundle / "recipe" / "fastop" / "recipe.toml").is_file()
     assert (bundle / "recipe" / "runs" / run.name / "summary.md").is_file()
@@ -282,8 +282,8 @@ def test_ctrl_c_midway_keeps_what_ran_in_the_record(paper, tmp_path):
                 raise KeyboardInterrupt
             return Container(f"kernellab-recipe:{read.load(str(folder)).name}", False, None, DOCKER).run(job)
 
-    with pytest.raises(verbs.Stopped) as stop:   # a KeyboardInterrupt that knows where the record is
-        verbs.run(str(folder), where=NO_GPU, place=Interrupted(), results=tmp_path / "results", engine=DOCKER,
+    with pytest.raises(reproduce.Stopped) as stop:   # a KeyboardInterrupt that knows where the record is
+        reproduce.run(str(folder), where=NO_GPU, place=Interrupted(), results=tmp_path / "results", engine=DOCKER,
                   out=io.StringIO())
     run = next((tmp_path / "results" / "fastop").iterdir())
     assert stop.value.folder == run and (stop.value.ran, stop.value.planned) == (1, 4)

@@ -200,13 +200,13 @@ def recipe_input(command: str, *, output: Path, mounts: tuple[str, ...]) -> Job:
 
 def recipe_run(recipe: str, experiments: Sequence[str], *, quick: bool = False) -> Job:
     """`invoke recipe run --on slurm`: one part per experiment of the recipe, run where its task is (the recipe's
-    image), its cases and raw output written in its folder (kernellab.recipes.task); merged into one record per GPU
+    image), its cases and raw output written in its folder (kernellab.recipes.on_node); merged into one record per GPU
     type (kernellab.recipes.on_cluster.merge)."""
     def part(experiment: str) -> Part:
-        return Part(experiment, ("python", "-m", "kernellab.recipes.task", recipe, experiment,
+        return Part(experiment, ("python", "-m", "kernellab.recipes.on_node", recipe, experiment,
                                  *(["--quick"] if quick else []), "--out", RESULTS))
 
-    return Job("recipe", ("python", "-m", "kernellab.recipes.task", recipe), select=",".join(experiments),
+    return Job("recipe", ("python", "-m", "kernellab.recipes.on_node", recipe), select=",".join(experiments),
                parts=lambda: [part(e) for e in experiments], merger="kernellab.recipes.on_cluster:merge")
 
 

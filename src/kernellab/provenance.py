@@ -187,7 +187,7 @@ class ImageFacts:
 
     def known(self, facts: Mapping[str, str | None]) -> ImageFacts:
         """These facts with those only the machine that has the image knows (tag, base_lock_sha256,
-        recipe_manifest_sha256: recipes.verbs.image_facts) added."""
+        recipe_manifest_sha256: recipes.reproduce.image_facts) added."""
         return replace(self, **{k: v for k, v in facts.items() if k in _IMAGE_KEYS})  # type: ignore[arg-type]
 
     def to_dict(self) -> dict[str, object]:

@@ -17,9 +17,9 @@ VERBS = ("list", "check", "build", "run", "profile", "shell", "export")
 @task
 def recipes(c: Context) -> None:
     """The recipes under recipes/: paper, experiments, claims (`invoke recipe VERB NAME` uses one)."""
-    from ..recipes import verbs
+    from ..recipes import reproduce
 
-    print(verbs.listing())
+    print(reproduce.listing())
 
 
 @task(place=True, positional=["verb", "name"], optional_positional=["name"], verbs=VERBS, help={
@@ -65,7 +65,7 @@ def recipe(c: Context, verb: str, name: str | None = None, fetch: bool = False, 
     export NAME   the image, the recipe and its runs as one verified bundle
     """
     from ..recipes import build as builds
-    from ..recipes import read, record, verbs
+    from ..recipes import read, record, reproduce
 
     results = Path(out) if out else record.RESULTS
     if where.native or where.image:
@@ -76,7 +76,7 @@ def recipe(c: Context, verb: str, name: str | None = None, fetch: bool = False, 
         raise RecipeError(f"`invoke recipe {verb}` is not a verb; use one of {', '.join(VERBS)} "
                           f"(`invoke recipe --help`: the verbs and their flags; `invoke recipes`: the recipes).")
     if verb == "list":
-        print(verbs.listing())
+        print(reproduce.listing())
         return
     if not name:
         raise RecipeError(f"`invoke recipe {verb}` needs a recipe: `invoke recipe {verb} NAME` "
@@ -85,7 +85,7 @@ def recipe(c: Context, verb: str, name: str | None = None, fetch: bool = False, 
     if locked and update:
         raise RecipeError("--locked follows the recipe's lock and --update ignores it; choose one.")
     if verb == "check":
-        print(verbs.check(name, target=target, fetch=fetch))
+        print(reproduce.check(name, target=target, fetch=fetch))
     elif verb == "build":
         built = builds.build(read.load(name), target=target, wheelhouse=wheels, no_cache=no_cache,
                               locking="strict" if locked else "update" if update else "prefer")
@@ -100,9 +100,9 @@ def recipe(c: Context, verb: str, name: str | None = None, fetch: bool = False, 
     elif verb == "run":
         old = record.load(compare) if compare else None
         try:
-            folder, verdicts, cases = verbs.run(name, where=where, k=k, quick=quick, stand_in=stand_in,
+            folder, verdicts, cases = reproduce.run(name, where=where, k=k, quick=quick, stand_in=stand_in,
                                                 wheelhouse=wheels, results=results)
-        except verbs.Stopped as stop:
+        except reproduce.Stopped as stop:
             raise Exit(f"kernellab: interrupted after {stop.ran} of {count(stop.planned, 'case')}; what ran is recorded in "
                        f"{stop.folder}/summary.md (marked STOPPED EARLY).", code=130) from None
         print("\n" + (record.claims_table(verdicts) or "no claims judged: " + (read.load(name).paper.no_claims
@@ -130,9 +130,9 @@ def recipe(c: Context, verb: str, name: str | None = None, fetch: bool = False, 
     elif verb == "shell":
         if step is not None and not str(step).isdigit():
             raise RecipeError(f"--step {step}: give a step number (1 is the first step).")
-        code = verbs.shell(name, step=int(step) if step is not None else None, where=where)
+        code = reproduce.shell(name, step=int(step) if step is not None else None, where=where)
         if code:
             raise Exit(code=code)
     else:
-        bundle = verbs.export(name, Path(output), target=target, chunk_size=chunk_size)
+        bundle = reproduce.export(name, Path(output), target=target, chunk_size=chunk_size)
         print(f"wrote {bundle}; on the receiver: invoke import-image {bundle.name} (checks the image and the recipe)")

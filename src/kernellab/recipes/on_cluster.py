@@ -1,6 +1,6 @@
 """`invoke recipe run NAME --on slurm`: the recipe's built image on the cluster, one task per experiment and
 GPU type (a job whose parts are the experiments, kernellab.jobs.recipe_run, submitted by kernellab.places.Cluster
-as every job is; kernellab.recipes.task is what each runs), then one record per GPU type, its claims judged on that
+as every job is; kernellab.recipes.on_node is what each runs), then one record per GPU type, its claims judged on that
 type's GPU, and one table of verdicts across types (merge(), the job's merger)."""
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def job(name: str, *, k: str | None = None, quick: bool = False, target: str | N
 
 
 class TaskOutput(TypedDict):
-    """What one task wrote (kernellab.recipes.task): the recipe's name, whether --quick, the node's machine, its
+    """What one task wrote (kernellab.recipes.on_node): the recipe's name, whether --quick, the node's machine, its
     image's manifest, its cases and packages."""
 
     recipe: str
@@ -67,7 +67,7 @@ def planned(local: Path) -> tuple[dict[str, str], list[str], str | None, Checkou
 
 def image_facts(image_id: str, base_id: str | None, eng: Engine | None = None) -> dict[str, str | None]:
     """What this machine's engine knows of the image the nodes ran (its labels and its base's), as a run here
-    records them (recipes.verbs.image_facts); nothing where the engine no longer has it."""
+    records them (recipes.reproduce.image_facts); nothing where the engine no longer has it."""
     try:
         eng = eng or engine.current()
         return {"base_lock_sha256": eng.labels(base_id).get("kernellab.lock-sha256") if base_id else None,

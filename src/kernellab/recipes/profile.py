@@ -31,7 +31,7 @@ from ..nsight import ncu, nsys, timeline, tools
 from ..places import DEFAULT, Flags, Place
 from ..provenance import Checkout, Machine, now
 from . import build as builds
-from . import checks, experiments, inputs, manifest, model, read, record, verbs
+from . import checks, experiments, inputs, manifest, model, read, record, reproduce
 from .capture import OUTPUT, SECONDS, STATUS, TOOLS, About, Counters, Nsys, OsCall, Profile, Status, TopKernel
 
 TOP = 3                     # kernels Nsight Compute profiles when --kernel names none
@@ -62,7 +62,7 @@ def profile(name: str, *, experiment: str | None = None, case: str | None = None
     target, gpu_mode, host = where.target, gpu_choice(where.gpu_mode), places.hosted(where.host)
     recipe, exp, params, spec = check_case(name, experiment, case, tool, kernel, target, seconds)
     checks.check_gpu_mode(recipe, spec, gpu_mode)
-    gpus = verbs.chosen_gpus_of(where.gpu_index, host)
+    gpus = reproduce.chosen_gpus_of(where.gpu_index, host)
     with_gpu = bool(spec.cuda) and gpu_mode is not False and bool(gpus)
     if tool == "ncu":
         _check_ncu(spec.target, with_gpu)
@@ -82,7 +82,7 @@ def profile(name: str, *, experiment: str | None = None, case: str | None = None
         out.flush()
         status = _inside(place, job, partial)
         counters = (lambda capture: _counters(place, job, partial, capture, kernel)) if tool == "ncu" else None
-        report(partial, doc, status, verbs.machine_of(host, gpus[0] if with_gpu else None),
+        report(partial, doc, status, reproduce.machine_of(host, gpus[0] if with_gpu else None),
                checkout=Checkout.here(), counters=counters)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
@@ -117,7 +117,7 @@ def about(recipe: model.Recipe, exp: model.Experiment, params: model.Params, spe
     """What this side knows of the case before it runs: profile.json's start (the recipe's provenance as a run
     records it). A cluster task carries it to its node and back (capture's --about)."""
     made = record.new(recipe, manifest=manifest.read(recipe.name, built.image_id, eng), image_id=built.image_id,
-                      image_facts=verbs.image_facts(recipe, built, eng), machine=Machine(None), cases=[], verdicts=[])
+                      image_facts=reproduce.image_facts(recipe, built, eng), machine=Machine(None), cases=[], verdicts=[])
     lenient = recipe.requirements.cpu and not exp.needs_cuda   # a CPU experiment of a recipe that runs on CPU
     return About(format="kernellab-recipe-profile/1", experiment=exp.name, case=params,
                  command=model.substitute(exp.run, {**built.env.values, **params}), cwd=exp.cwd, target=spec.target,
