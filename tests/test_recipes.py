@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from kernellab.errors import RecipeError
-from kernellab.recipes import claims, experiments, model, read, sources
+from kernellab.recipes import claims, experiments, model, read, sources, trees
 from kernellab.recipes.experiments import Case, Checked, Repeat
 from recipe_fixtures import git, one_file_repository, write_recipe
 
@@ -39,7 +39,7 @@ def test_every_shipped_recipe_builds_only_code_of_its_own_pinned_at_its_files_co
         for p in r.packages:  # a system from PyPI is a package pinned by version (its wheel by sha256), never a URL
             assert "/" not in p.name and "://" not in p.version, (name, p)
             assert sources.folder_commit(s.folder) == s.commit, f"{name}: pin {s.name} again (`invoke recipe check`)"
-        assert sources.check_patches(r) == [] and all(p.reason for p in r.patches)
+        assert trees.check_patches(r) == [] and all(p.reason for p in r.patches)
 
 
 def test_the_demo_has_the_whole_loop_two_sources_patches_steps_a_baseline_and_claims():
@@ -99,7 +99,7 @@ def test_sources_come_through_the_mirror_with_submodules_verified(paper):
     got = sources.fetch(recipe.sources[0])
     assert got["commit"] == commits["paper"] and got["submodules"] == {"third/helper": commits["helper"]}
     tree = root / "tree"
-    sources.prepare(recipe, tree)
+    trees.prepare(recipe, tree)
     assert "SPEED=5" in (tree / "build.sh").read_text()          # the patch applied
     assert (tree / "third/helper/helper.sh").is_file()             # the submodule checked out
     assert sources.fetched(recipe.sources[0])                      # in the stores: no second fetch
@@ -131,7 +131,7 @@ def test_two_commits_of_one_url_share_its_store_and_a_held_commit_needs_no_remot
     (root / "mirror").rename(root / "mirror-gone")  # the remote is unreachable now: held commits need it not
     for recipe, tree in ((one, root / "t1"), (two, root / "t2")):
         said = io.StringIO()
-        got = sources.prepare(recipe, tree, said)
+        got = trees.prepare(recipe, tree, said)
         assert said.getvalue() == "" and got["fastop"]["commit"] == recipe.sources[0].commit
     assert "echo second" in (root / "t2/bench.sh").read_text() and "echo second" not in (root / "t1/bench.sh").read_text()
     third = read.load(str(write_recipe(root / "r3" / "fastop", {**commits, "paper": "3" * 40})))
@@ -176,12 +176,12 @@ def test_a_mistyped_commit_sharing_the_first_12_digits_is_not_served_from_the_ca
     typo = commits["paper"][:12] + ("0" if commits["paper"][12] != "0" else "1") + commits["paper"][13:]
     bad = read.load(str(write_recipe(root / "r2" / "fastop", {**commits, "paper": typo})))
     with pytest.raises(RecipeError, match=rf"has no commit {typo}"):
-        sources.prepare(bad, root / "tree")
+        trees.prepare(bad, root / "tree")
 
 
 def _pristine(recipe: model.Recipe, tree: Path, commits: dict[str, str], out: io.StringIO | None = None) -> None:
     """A tree prepared afresh: the source's commit, patched, the submodule at its commit; nothing else."""
-    got = sources.prepare(recipe, tree, out)
+    got = trees.prepare(recipe, tree, out)
     assert got["fastop"]["commit"] == commits["paper"] and got["fastop"]["submodules"] == {"third/helper": commits["helper"]}
     assert (tree / "build.sh").read_text().endswith("echo 'SPEED=5' > out/config\n"), "pristine, then patched"
     assert not (tree / "extra.sh").exists()
@@ -226,7 +226,7 @@ def test_every_tree_is_made_fresh_and_no_edit_in_an_earlier_tree_or_a_store_reac
     pack.write_bytes(bytes(data))
     with pytest.raises(RecipeError, match=rf"the object store {store} cannot give commit {commits['paper']} .*damaged; "
                                           r"delete it and build again"):
-        sources.prepare(recipe, root / "tree5")
+        trees.prepare(recipe, root / "tree5")
     shutil.rmtree(store)
     _pristine(recipe, root / "tree6", commits)
 
@@ -234,19 +234,19 @@ def test_every_tree_is_made_fresh_and_no_edit_in_an_earlier_tree_or_a_store_reac
 def test_a_changed_submodule_pin_is_refused_with_a_warm_store_too(paper):
     root, commits = paper
     recipe = read.load(str(write_recipe(root / "r" / "fastop", commits)))
-    sources.prepare(recipe, root / "tree")          # the stores are warm now
+    trees.prepare(recipe, root / "tree")          # the stores are warm now
     (root / "mirror").rename(root / "mirror-gone")  # and nothing is fetched again
     changed = read.load(str(write_recipe(root / "r2" / "fastop", {**commits, "helper": "2" * 40})))
     with pytest.raises(RecipeError, match=r"submodule third/helper is at [0-9a-f]{40}, not the recipe's 2{40}"):
-        sources.prepare(changed, root / "tree2")
+        trees.prepare(changed, root / "tree2")
     with pytest.raises(RecipeError, match=r"submodule third/helper is at [0-9a-f]{40}, not the recipe's 2{40}"):
         sources.fetch(changed.sources[0])
     folder = write_recipe(root / "r3" / "fastop", commits)
     text = (folder / "recipe.toml").read_text()
     (folder / "recipe.toml").write_text(text.replace('"third/helper" =', '"third/helpr" ='))
     with pytest.raises(RecipeError, match=r"has no submodule third/helpr \(it has: third/helper\)"):
-        sources.prepare(read.load(str(folder)), root / "tree3")
-    assert not (root / "tree2").exists() and sources.prepare(recipe, root / "tree4")["fastop"]["submodules"] == {
+        trees.prepare(read.load(str(folder)), root / "tree3")
+    assert not (root / "tree2").exists() and trees.prepare(recipe, root / "tree4")["fastop"]["submodules"] == {
         "third/helper": commits["helper"]}
 
 
@@ -280,7 +280,7 @@ def test_nested_submodules_with_relative_urls_are_fetched_into_stores_of_their_o
     git("push", "-q", str(mirror / "fastop.git"), "HEAD:refs/heads/main", cwd=work)
     now = {"paper": git("rev-parse", "HEAD", cwd=work), "helper": helper2}
     recipe = read.load(str(write_recipe(root / "r" / "fastop", now)))
-    got = sources.prepare(recipe, root / "tree")["fastop"]
+    got = trees.prepare(recipe, root / "tree")["fastop"]
     nested = {"third/helper": helper2, "third/helper/third_party/deep": git("rev-parse", "HEAD", cwd=deep)}
     assert got["submodules"] == nested
     assert (root / "tree/third/helper/third_party/deep/deep.txt").read_text() == "deep-ok\n"
@@ -314,7 +314,7 @@ def test_a_patch_that_does_not_apply_names_file_and_line(paper):
     recipe = read.load(str(folder))
     sources.fetch(recipe.sources[0])
     with pytest.raises(RecipeError, match=r"patch patches/speed.diff does not apply to fastop at build.sh line 1") as e:
-        sources.check_patches(recipe)
+        trees.check_patches(recipe)
     # The hint points at a checkout of the user's own, not at the cache every build copies.
     where = Path(re.search(r" in (\S+) \(a checkout of yours", str(e.value)).group(1))
     assert where.is_dir() and not where.is_relative_to(sources.object_store(recipe.sources[0]))
@@ -704,12 +704,12 @@ def test_a_folder_source_whose_files_changed_since_the_pin_is_refused_naming_the
     assert recipe.sources[0].origin.endswith("mine/code")
     got = sources.fetch(recipe.sources[0])
     assert got["commit"] == made and got["url"] == recipe.sources[0].origin
-    sources.prepare(recipe, tmp_path / "tree")
+    trees.prepare(recipe, tmp_path / "tree")
     assert (tmp_path / "tree" / "run.sh").read_text() == 'echo "time: 5 ms"\n'
     (folder / "code" / "run.sh").write_text('echo "time: 1 ms"\n')   # edited, pin not
     with pytest.raises(RecipeError, match=rf"source code's folder .*mine/code is commit [0-9a-f]{{40}} now, not the "
                                           rf"recipe's {made}: its files changed since the recipe pinned them"):
-        sources.prepare(recipe, tmp_path / "tree2")
+        trees.prepare(recipe, tmp_path / "tree2")
     with pytest.raises(RecipeError, match="its files changed"):
         sources.fetch(recipe.sources[0])   # a fetched folder source is checked again on every fetch
 

@@ -8,8 +8,8 @@ A recipe is data (`recipes/<name>/recipe.toml` plus the patches and small script
              into its record;
 - `values`   the values build steps and experiments may use ({cuda_archs}, {cxx11_abi}, ...);
 - `checks`   requirements (archs, GPU memory, host RAM, disk) before anything is built;
-- `sources`  pinned sources fetched with git itself (a mirror through `url.<base>.insteadOf`), verified,
-             patched into a build context;
+- `sources`  pinned sources fetched with git itself (a mirror through `url.<base>.insteadOf`), verified;
+- `trees`    a build's source tree: every source made fresh, the patches applied in order;
 - `pins`     the recipe's pip packages at exact versions, per target (recipes/<name>/locks/<target>.json);
 - `build`    the image: target image + sources + each build step as its own cached BuildKit layer;
 - `index`    whether pip's index answers before a pip layer needs it (else one sentence: the offline way);
@@ -19,5 +19,8 @@ A recipe is data (`recipes/<name>/recipe.toml` plus the patches and small script
 - `record`   a run's record (one type, Run; its provenance kernellab.provenance's): the run folder (`record.run`:
              run.json; `record.pages`: metrics, claims, summary.md, plots, --compare);
 - `profile`  `invoke recipe profile`: one case under Nsight Systems (and Nsight Compute), its summary and picture;
-- `capture`  what that runs inside the recipe's image: the checks, the capture, the export.
+- `capture`  what that runs inside the recipe's image: the checks, the capture, the export;
+- `reproduce` a reproduction run (build, cases, claims, record) and what goes around it (check, shell, export);
+- `on_cluster`, `on_node` a run on a cluster: its job and merge, and what each node runs;
+  `profile_cluster` the same for a profile.
 """

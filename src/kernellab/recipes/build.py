@@ -29,7 +29,7 @@ from ..image import builder, network
 from ..image.spec import Spec
 from ..image.target_table import parse_target
 from ..image.targets import Matrix, load
-from . import checks, index, manifest, pins, sources, values
+from . import checks, index, manifest, pins, trees, values
 from .manifest import Verified
 from .model import Recipe, substitute
 from .values import Values
@@ -233,7 +233,7 @@ class _Tee:
 def _context(recipe: Recipe, env: Environment, ctx: Path, out: IO[str]) -> dict[str, Verified]:
     """The build context: the sources made fresh from their verified commits and patched (on every build: no
     earlier tree is trusted), the recipe's folder."""
-    provenance = sources.prepare(recipe, ctx / "src", out)
+    provenance = trees.prepare(recipe, ctx / "src", out)
     if (ctx / "recipe").exists():
         shutil.rmtree(ctx / "recipe")
     shutil.copytree(recipe.folder, ctx / "recipe", ignore=shutil.ignore_patterns("__pycache__", pins.FOLDER))

@@ -14,7 +14,7 @@ from ..engine import Engine, resolve_engine
 from ..errors import RecipeError
 from ..places import DEFAULT, Flags, Place
 from . import build as builds
-from . import checks, claims, experiments, inputs, manifest, model, read, record, sources, values
+from . import checks, claims, experiments, inputs, manifest, model, read, record, sources, trees, values
 
 
 class Stopped(KeyboardInterrupt):
@@ -47,7 +47,7 @@ def check(name: str, *, target: str | None = None, fetch: bool = False, out: IO[
     notes = checks.check_host(recipe, gpus=gpu.host_gpus(), built=spec.ccs if spec.cuda else ())
     pairs = [claims.pairing(recipe, i) for i in range(len(recipe.claims))]
     verified = {s.name: sources.fetch(s, out or sys.stdout) for s in recipe.sources} if fetch else {}
-    unchecked = sources.check_patches(recipe)
+    unchecked = trees.check_patches(recipe)
     lines = [f"recipe {recipe.name}: {recipe.paper.title} ({recipe.paper.venue} {recipe.paper.year}) is valid",
              f"  environment: target {spec.target} (CUDA {spec.cuda or 'none'}, torch {spec.torch or ('none' if spec.torch_variant == 'none' else 'from base')}, "
              f"archs {spec.arch_list or '-'})",
@@ -200,7 +200,7 @@ def shell(name: str, *, step: int | None = None, where: Flags = DEFAULT, engine:
     # The user's own copy of the patched sources: kept between shells, and never read by a build.
     mine = (values.context_dir(recipe.name) / "sources").resolve()
     if not mine.is_dir():
-        sources.prepare(recipe, mine, out)
+        trees.prepare(recipe, mine, out)
     if step is not None:
         nxt = recipe.steps[step - 1]
         out.write(f"/src is the image as step {step} ({nxt.name}) finds it; that step runs:\n  cd /src/{nxt.cwd} && "
