@@ -1,6 +1,6 @@
 """One experiment of a recipe, run inside its built image on a cluster node (`invoke recipe run --on slurm`):
 
-    python -m kernellab.recipes.task RECIPE EXPERIMENT [--quick] --out FOLDER   (kernellab.jobs.recipe_task)
+    python -m kernellab.recipes.on_node RECIPE EXPERIMENT [--quick] --out FOLDER   (kernellab.jobs.recipe_run)
 
 The cluster task is already the container (GPU attached, /workspace the run's snapshot of the repository), so
 each case's job runs here in the Native place, as a process, in /src. It writes FOLDER/cases.json (what
@@ -28,7 +28,7 @@ IN_IMAGE = Path("/recipe")
 
 
 def main(argv: list[str] | None = None, place: Place | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m kernellab.recipes.task", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m kernellab.recipes.on_node", description=__doc__.splitlines()[0])
     p.add_argument("recipe", help="the recipe's folder as the submitting side named it (its name is the last part)")
     p.add_argument("experiment")
     p.add_argument("--quick", action="store_true")
