@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from kernellab.bench import runner, timing
+from kernellab.bench import gate, runner, timing
 from kernellab.errors import ConfigError
 from kernellab.ops import compilerlog, extensions, library, tolerances
 
@@ -73,9 +73,11 @@ def _bench_tolerance(monkeypatch: pytest.MonkeyPatch, spec: Any, dtype: str) -> 
         seen.append((atol, rtol))
         return "wrong", "captured by the test"  # nothing gets timed
 
-    monkeypatch.setattr(runner, "check", check)
+    monkeypatch.setattr(gate, "check", check)
+    # An op with a [backward] also checks its gradients (tests/test_bench_passes.py); here the candidate has none.
     module = SimpleNamespace(candidates={"kernellab": lambda *a: None}, baselines={},
-                             make_inputs=lambda *a: (), reference=lambda *a: None)
+                             make_inputs=lambda *a: (), reference=lambda *a: None, make_grad_out=lambda *a: None,
+                             grad_indices=lambda *a: [], reference_grads=lambda *a: [])
     ctx = runner.Context("cpu", timing.QUICK, True, None, None, None)  # no monitor or progress: nothing is timed
     runner.bench_case(spec, module, spec.bench_shapes[0], dtype, ctx)
     assert len(seen) == 1

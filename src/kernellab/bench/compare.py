@@ -65,8 +65,9 @@ class MergedReport:
         return [f"{t}: {line}" for t, report in self.sections for line in report.environment]
 
 
-def _key(row: dict[str, Any]) -> tuple[str, str, str, str]:
-    return row["op"], results.shape_label(row["shape"]), row["dtype"], row["impl"]
+def _key(row: dict[str, Any]) -> tuple[str, str, str, str, str]:
+    """(op, shape, dtype, pass, impl); key[:4] is the case, whose baselines a candidate is judged against."""
+    return results.row_key(row)
 
 
 def machine_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
@@ -118,7 +119,7 @@ def compare_plain(old: dict[str, Any], new: dict[str, Any]) -> Report:
             keys.append(k)
     for key in keys:
         a, b = olds.get(key), news.get(key)
-        row: dict[str, Any] = dict(zip(("op", "shape", "dtype", "impl"), key))
+        row: dict[str, Any] = dict(zip(("op", "shape", "dtype", "pass", "impl"), key))
         row.update(old_ms=_median(a), new_ms=_median(b))
         if a is None:
             row["verdict"] = "new"
@@ -198,7 +199,7 @@ def _relative_row(a: dict[str, Any], b: dict[str, Any], olds: dict, news: dict) 
         v = stats.compare_samples(a["samples_ms"], b["samples_ms"])
         return {"verdict": "reference", "why": f"the candidates' yardstick; {v.change:+.1%} in absolute time"}
     for base in _baselines(a, olds):
-        old_base, new_base = olds.get(_key(a)[:3] + (base,)), news.get(_key(a)[:3] + (base,))
+        old_base, new_base = olds.get(_key(a)[:4] + (base,)), news.get(_key(a)[:4] + (base,))
         if old_base is not None and new_base is not None and _timed_like(old_base, a) and _timed_like(new_base, a):
             v = compare_relative(a["samples_ms"], old_base["samples_ms"], b["samples_ms"], new_base["samples_ms"])
             return {**_verdict_fields(v), "baseline": base, "why": f"time relative to {base}"}
@@ -212,8 +213,8 @@ def _timed_like(base: dict[str, Any], row: dict[str, Any]) -> bool:
 def _baselines(row: dict[str, Any], rows: dict) -> list[str]:
     """The baselines a candidate was timed with, in the op's order (eager first)."""
     names = list(row.get("speedups") or {})
-    case = _key(row)[:3]
-    names += [k[3] for k, r in rows.items() if k[:3] == case and r.get("role") == "baseline" and k[3] not in names]
+    case = _key(row)[:4]
+    names += [k[4] for k, r in rows.items() if k[:4] == case and r.get("role") == "baseline" and k[4] not in names]
     return names
 
 
@@ -297,7 +298,7 @@ def _body(report: Report) -> list[str]:
             change = f"{r['change']:+.1%} [{r['lo']:+.1%}, {r['hi']:+.1%}]"
         threshold = f"{r['threshold']:.1%}" if "threshold" in r else ""
         verdict = r["verdict"] + (f" ({r['why']})" if r.get("why") else "")
-        out.append(f"| {r['op']} | {r['shape']} | {r['dtype']} | {r['impl']} | {results.fmt_time(r['old_ms'])} | "
+        out.append(f"| {r['op']} | {r['shape']} | {r['dtype']} | {results.impl_label(r)} | {results.fmt_time(r['old_ms'])} | "
                    f"{results.fmt_time(r['new_ms'])} | {change} | {threshold} | {verdict.replace('|', '/')} |")
     return out
 

@@ -184,7 +184,7 @@ def _by_value(values: Sequence[tuple[str, Any]]) -> str:
 
 
 def _key(row: dict[str, Any]) -> tuple[str, ...]:
-    return row["op"], results.shape_label(row["shape"]), row["dtype"], row["impl"]
+    return results.row_key(row)  # (op, shape, dtype, pass, impl)
 
 
 # --- the whole run ----------------------------------------------------------------------------
@@ -271,9 +271,9 @@ def to_markdown(run: str, gpu_types: Sequence[str], docs: Mapping[str, dict[str,
     lookup = {t: {_key(r): r for r in docs[t]["rows"]} for t in types}
     missing_ops = {t: {g["op"] for g in gaps.get(t, ())} for t in types}
     for key in _table_keys(docs, types):
-        found = {t: lookup[t].get(key) or lookup[t].get(key[:3] + ("all",)) for t in types}
-        role = next((r["role"] for r in found.values() if r and r["impl"] == key[3]), "")
-        cells = [*key[:3], key[3] + (" (baseline)" if role == "baseline" else "")]
+        found = {t: lookup[t].get(key) or lookup[t].get(key[:4] + ("all",)) for t in types}
+        role = next((r["role"] for r in found.values() if r and r["impl"] == key[4]), "")
+        cells = [*key[:3], results.impl_label(dict(impl=key[4], **{"pass": key[3]})) + (" (baseline)" if role == "baseline" else "")]
         for t in types:
             cells += _cells(found[t], key[0] in missing_ops[t], bases)
         cells.append("; ".join(f"{t}: {results.notes(r)}" for t, r in found.items() if r and results.notes(r)))
@@ -302,8 +302,8 @@ def _table_keys(docs: Mapping[str, dict[str, Any]], types: Sequence[str]) -> lis
     keys: list[tuple[str, ...]] = []
     for t in types:
         keys += [k for k in (_key(r) for r in docs[t]["rows"]) if k not in keys]
-    cases = {k[:3] for k in keys if k[3] != "all"}
-    keys = [k for k in keys if k[3] != "all" or k[:3] not in cases]
+    cases = {k[:4] for k in keys if k[4] != "all"}
+    keys = [k for k in keys if k[4] != "all" or k[:4] not in cases]
     ops = sorted({k[0] for k in keys})
     return sorted(keys, key=lambda k: ops.index(k[0]))  # stable: each op keeps its rows' order
 

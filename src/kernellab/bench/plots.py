@@ -26,7 +26,7 @@ def write(folder: Path, doc: dict[str, Any]) -> list[Path]:
 
 
 def _label(row: dict[str, Any]) -> str:
-    return f"{row['op']} {results.shape_label(row['shape'])} {row['dtype']} [{row['impl']}]"
+    return f"{row['op']} {results.shape_label(row['shape'])} {row['dtype']} [{results.impl_label(row)}]"
 
 
 def speedup(doc: dict[str, Any], path: Path) -> None:
@@ -113,7 +113,8 @@ def cross_gpu(docs: Mapping[str, dict[str, Any]], path: Path, *, title: str) -> 
     for doc in docs.values():
         keys += [k for k, r in ((_key(r), r) for r in doc["rows"]) if r["role"] == "candidate" and k not in keys]
         bases += [b for b in results.baseline_names(doc) if b not in bases]
-    labels = [f"{op} {shape} {dtype} [{impl}]" for op, shape, dtype, impl in keys]
+    labels = [f"{op} {shape} {dtype} [{impl if which == 'forward' else f'{impl} {which}'}]"
+              for op, shape, dtype, which, impl in keys]
     # One panel per baseline: a speedup over eager and one over torch.compile are different questions.
     panels = bases or ["eager"]
     height = 0.8 / max(1, len(types))
@@ -126,7 +127,7 @@ def cross_gpu(docs: Mapping[str, dict[str, Any]], path: Path, *, title: str) -> 
             errs: list[list[float]] = [[], []]  # below and above each bar
             for i, key in enumerate(keys):
                 # An op skipped or broken as a whole on a type has one row for all its implementations.
-                row = rows[gpu_type].get(key) or rows[gpu_type].get(key[:3] + ("all",))
+                row = rows[gpu_type].get(key) or rows[gpu_type].get(key[:4] + ("all",))
                 ratio = ((row or {}).get("speedups") or {}).get(base)
                 y = i + j * height
                 if ratio:
@@ -159,4 +160,4 @@ def cross_gpu(docs: Mapping[str, dict[str, Any]], path: Path, *, title: str) -> 
 
 
 def _key(row: dict[str, Any]) -> tuple[str, ...]:
-    return row["op"], results.shape_label(row["shape"]), row["dtype"], row["impl"]
+    return results.row_key(row)  # (op, shape, dtype, pass, impl)

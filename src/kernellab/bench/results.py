@@ -134,6 +134,27 @@ def shape_label(shape: dict[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in shape.items())
 
 
+def pass_of(row: dict[str, Any]) -> str:
+    """The pass a row timed: forward (every row of a run made before backward passes existed), backward or full."""
+    return str(row.get("pass") or "forward")
+
+
+def impl_label(row: dict[str, Any]) -> str:
+    """The implementation and, past the forward, its pass: `kernellab`, `kernellab backward`, `eager full`."""
+    which = pass_of(row)
+    return row["impl"] if which == "forward" else f"{row['impl']} {which}"
+
+
+def row_key(row: dict[str, Any]) -> tuple[str, str, str, str, str]:
+    """(op, shape, dtype, pass, impl): what matches a row across runs (compare, merge, plots); key[:4] is its case."""
+    return row["op"], shape_label(row["shape"]), row["dtype"], pass_of(row), row["impl"]
+
+
+def has_passes(doc: dict[str, Any]) -> bool:
+    """Whether some row of the run timed a backward or full pass (its tables then get a `pass` column)."""
+    return any(pass_of(r) != "forward" for r in doc["rows"])
+
+
 def fmt_time(ms: float | None) -> str:
     if ms is None:
         return ""
@@ -186,7 +207,7 @@ def notes(row: dict[str, Any]) -> str:
     return "; ".join(out)
 
 
-CSV_FIELDS = ["op", "shape", "dtype", "impl", "role", "status", "timer", "median_ms", "q1_ms", "q3_ms",
+CSV_FIELDS = ["op", "shape", "dtype", "impl", "pass", "role", "status", "timer", "median_ms", "q1_ms", "q3_ms",
               "iqr_ms", "mean_ms", "stdev_ms", "min_ms", "n", "stop_reason", "graph_ms", "gbps", "tflops",
               "pct_peak", "bound", "first_call_ms", "host_ms", "suspect", "reason"]
 
@@ -201,7 +222,7 @@ def to_csv(doc: dict[str, Any]) -> str:
         s = row.get("stats") or {}
         line: dict[str, Any] = {
             "op": row["op"], "shape": shape_label(row["shape"]), "dtype": row["dtype"], "impl": row["impl"],
-            "role": row["role"], "status": row["status"], "timer": row.get("timer"),
+            "pass": pass_of(row), "role": row["role"], "status": row["status"], "timer": row.get("timer"),
             "median_ms": s.get("median"), "q1_ms": s.get("q1"), "q3_ms": s.get("q3"), "iqr_ms": s.get("iqr"),
             "mean_ms": s.get("mean"), "stdev_ms": s.get("stdev"), "min_ms": s.get("min"), "n": s.get("n"),
             "stop_reason": row.get("stop_reason"), "graph_ms": row.get("graph_ms"), "gbps": row.get("gbps"),
@@ -277,7 +298,8 @@ def header(doc: dict[str, Any]) -> list[str]:
 def to_markdown(doc: dict[str, Any]) -> str:
     """summary.md: the environment in a few lines, then one table ready to paste into a paper."""
     bases = baseline_names(doc)
-    cols = ["op", "shape", "dtype", "impl", "median", "IQR", "GB/s", "TFLOP/s", "% peak",
+    passes = has_passes(doc)  # an op with a backward: its forward, backward and full rows side by side
+    cols = ["op", "shape", "dtype", "impl", *(["pass"] if passes else []), "median", "IQR", "GB/s", "TFLOP/s", "% peak",
             *[f"vs {b}" for b in bases], "notes"]
     out = [f"# kernellab bench: {doc['run']}", "", *header(doc), "",
            "| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
@@ -286,7 +308,7 @@ def to_markdown(doc: dict[str, Any]) -> str:
         speedups = row.get("speedups") or {}
         cells = [row["op"], shape_label(row["shape"]), row["dtype"],
                  row["impl"] + (" (baseline)" if row["role"] == "baseline" else ""),
-                 fmt_time(s.get("median")), fmt_time(s.get("iqr")), _num(row.get("gbps")),
+                 *([pass_of(row)] if passes else []), fmt_time(s.get("median")), fmt_time(s.get("iqr")), _num(row.get("gbps")),
                  _num(row.get("tflops")), _num(row.get("pct_peak")),
                  *[_speedup_cell(speedups.get(b)) for b in bases], notes(row)]
         out.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")

@@ -17,8 +17,8 @@ from typing import IO, Any, Callable
 
 from .. import ROOT, progress
 from ..errors import BenchError
-from ..ops import extensions, tolerances
-from . import clocks, environment, gpu_mutex, report, results, roofline, stats, systems, timing
+from ..ops import extensions
+from . import clocks, environment, gate, gpu_mutex, report, results, roofline, stats, systems, timing
 
 
 @dataclass(frozen=True)
@@ -131,7 +131,7 @@ def bench_op(spec: Any, catalog: Any, ctx: Context) -> list[dict[str, Any]]:
             module.baselines[ctx.system.offer.name] = ctx.system.baselines[spec.name]
     except Exception as e:  # one op failing to build must not stop the others
         progress.skip(len(cases))
-        return [_row(spec, shape, dtype, "all", "-", "error", f"load failed: {_oneline(e)}") for shape, dtype in cases]
+        return [_row(spec, shape, dtype, "all", "-", "error", f"load failed: {gate.oneline(e)}") for shape, dtype in cases]
     rows = []
     for shape, dtype in cases:
         progress.step(f"{spec.name} {results.shape_label(shape)} {dtype}")
@@ -144,42 +144,71 @@ def bench_op(spec: Any, catalog: Any, ctx: Context) -> list[dict[str, Any]]:
 
 
 def bench_case(spec: Any, module: Any, shape: dict[str, int], dtype: str, ctx: Context) -> list[dict[str, Any]]:
-    """Check, then time, every candidate and baseline of one op at one shape and dtype."""
+    """Check, then time, every candidate and baseline of one op at one shape and dtype, in each of the op's
+    passes (forward; backward and full where op.toml declares a [backward]): rows carry their `pass`."""
     # A CPU op is timed on the CPU even where a GPU is present; its rows say so in `timer`.
     device = "cpu" if spec.kind == "cpu" else ctx.device
-    impls = [(n, "candidate", f) for n, f in module.candidates.items()] + \
-            [(n, "baseline", f) for n, f in module.baselines.items()]
+    which_passes = getattr(spec, "passes", ("forward",))
     try:
-        inputs = module.make_inputs(shape, dtype, device, spec.seeds[0] if spec.seeds else 0)
-        expected = module.reference(*inputs)
+        case = gate.Case(spec, module, shape, dtype, device)
     except Exception as e:  # a shape the op cannot make is a row, not a crash
-        return [_row(spec, shape, dtype, n, role, "error", f"inputs/reference failed: {_oneline(e)}")
-                for n, role, _ in impls]
-    # The same (atol, rtol) as tests/test_kernels.py: the op's [tolerances], else kernellab.ops.tolerances.
-    atol, rtol = tolerances.for_dtype(dtype, spec.tolerances)
+        return [_row(spec, shape, dtype, n, role, "error", f"inputs/reference failed: {gate.oneline(e)}", which)
+                for which in which_passes for n, role, _ in _impls(module, which)]
+    rows: list[dict[str, Any]] = []
+    for which in which_passes:
+        rows += bench_pass(case, which, ctx)
+    return rows
+
+
+def _impls(module: Any, which: str, case: gate.Case | None = None) -> list[tuple[str, str, Callable[..., Any] | None]]:
+    """(name, role, function) of every implementation in pass `which`: a candidate's differentiable form for
+    backward and full (None: it has no backward), the baselines as they are (autograd differentiates them)."""
+    if which == "forward":
+        cands: list[tuple[str, str, Callable[..., Any] | None]] = [(n, "candidate", f) for n, f in module.candidates.items()]
+    else:
+        backwards = getattr(module, "backwards", {})
+        cands = [(n, "candidate", module.differentiable(n, case.inputs) if case and n in backwards else None)
+                 for n in module.candidates]
+    return cands + [(n, "baseline", f) for n, f in module.baselines.items()]
+
+
+def bench_pass(case: gate.Case, which: str, ctx: Context) -> list[dict[str, Any]]:
+    """Check, then time, every implementation in one pass of one case (interleaved), with speedups in the pass."""
+    spec, module, shape, dtype, device = case.spec, case.module, case.shape, case.dtype, case.device
+    impls = _impls(module, which, case)
     rows: dict[str, dict[str, Any]] = {}
     for name, reason in getattr(module, "unavailable", {}).items():  # op.toml's `requires`, not met here
-        rows[name] = _row(spec, shape, dtype, name, "candidate", "skipped", reason)
+        rows[name] = _row(spec, shape, dtype, name, "candidate", "skipped", reason, which)
     fns: dict[str, timing.Fn] = {}
+    setups: dict[str, timing.Fn] = {}  # a backward's forward, run before each call, untimed
     for name, role, fn in impls:
+        if fn is None:
+            rows[name] = _row(spec, shape, dtype, name, role, "skipped",
+                              "no backward: op.toml's [backward] candidates do not name it", which)
+            continue
         t0 = time.perf_counter()
-        status, reason = check(fn, inputs, expected, atol=atol, rtol=rtol)
-        rows[name] = _row(spec, shape, dtype, name, role, status, reason)
+        status, reason = case.check(name, fn, which)
+        rows[name] = _row(spec, shape, dtype, name, role, status, reason, which)
         # The check is the very first call: JIT and torch.compile time show here, not in samples.
         rows[name]["first_call_ms"] = (time.perf_counter() - t0) * 1e3
         if status == "ok":
-            fns[name] = (lambda f: lambda: f(*inputs))(fn)
+            try:
+                fns[name], setup = case.call(fn, which)
+                if setup is not None:
+                    setups[name] = setup
+            except Exception as e:  # e.g. out of memory keeping a graph for the backward
+                rows[name].update(status="error", reason=f"preparing the {which} pass failed: {gate.oneline(e)}")
     if not fns:
         return list(rows.values())
     t0 = time.perf_counter()
     try:
-        measured = timing.measure(fns, ctx.settings, device=device)
+        measured = timing.measure(fns, ctx.settings, device=device, setups=setups)
     except Exception as e:  # e.g. out of memory at the largest shape
         for name in fns:
-            rows[name].update(status="error", reason=f"timing failed: {_oneline(e)}")
+            rows[name].update(status="error", reason=f"timing failed: {gate.oneline(e)}")
         return list(rows.values())
     window = clocks.summarize_window(ctx.monitor.window(t0, time.perf_counter()), ctx.max_sm_mhz)
-    nbytes, flops = spec.bytes_moved(shape, dtype), spec.flops(shape, dtype)
+    nbytes, flops = _work(spec, shape, dtype, which)
     for name, m in measured.items():
         summary = m.summary
         rows[name].update(
@@ -202,26 +231,15 @@ def bench_case(spec: Any, module: Any, shape: dict[str, int], dtype: str, ctx: C
     return list(rows.values())
 
 
-def check(fn: Callable[..., Any], inputs: tuple, expected: Any, *, atol: float, rtol: float) -> tuple[str, str]:
-    """("ok", "") if fn(*inputs) matches expected and leaves its inputs untouched, else why not."""
-    import torch
+def _work(spec: Any, shape: dict[str, int], dtype: str, which: str) -> tuple[int, int]:
+    """Bytes and FLOPs of pass `which` (op.toml's formulas: the full pass is forward + backward)."""
+    if which == "forward":
+        return spec.bytes_moved(shape, dtype), spec.flops(shape, dtype)
+    return spec.bytes_moved(shape, dtype, which), spec.flops(shape, dtype, which)
 
-    # Run on copies, so an implementation that writes into its inputs cannot spoil the others' check.
-    work = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
-    try:
-        out = fn(*work)
-        if any(isinstance(x, torch.Tensor) and x.is_cuda for x in work):
-            torch.cuda.synchronize()
-    except Exception as e:  # an implementation that raises gets a row saying so
-        return "error", _oneline(e)
-    for i, (a, b) in enumerate(zip(inputs, work)):
-        if isinstance(a, torch.Tensor) and not torch.equal(a, b):
-            return "wrong", f"input {i} was modified"
-    try:
-        torch.testing.assert_close(out, expected, atol=atol, rtol=rtol)  # as strict as the tests: dtype too
-    except AssertionError as e:
-        return "wrong", f"does not match reference (atol={atol:g}, rtol={rtol:g}): {_oneline(e, 3)}"
-    return "ok", ""
+
+#: The forward's correctness gate, by its old name here (kernellab.bench.gate).
+check = gate.check
 
 
 class Progress:
@@ -247,10 +265,11 @@ class Progress:
     def result(self, rows: list[dict[str, Any]]) -> None:
         parts = []
         for r in rows:
+            impl = r["impl"] + ("" if r.get("pass", "forward") == "forward" else f" {r['pass']}")
             if r["status"] == "ok":
-                parts.append(f"{r['impl']} {results.fmt_time(r['stats']['median'])}")
+                parts.append(f"{impl} {results.fmt_time(r['stats']['median'])}")
             else:
-                parts.append(f"{r['impl']} {r['status']}")
+                parts.append(f"{impl} {r['status']}")
         self.bar.write(f"[{self.bar.done}/{self.bar.total}] {self.label}: " + ", ".join(parts))
 
     def close(self) -> None:
@@ -265,7 +284,7 @@ def _warnings(doc: dict[str, Any], clock_errors: list[str]) -> list[str]:
         out.append(f"clocks were not sampled: {doc['environment']['clock_source']}")
     out += [f"clock reader failed during the run: {e}" for e in clock_errors]
     for row in doc["rows"]:
-        where = f"{row['op']} {results.shape_label(row['shape'])} {row['dtype']} {row['impl']}"
+        where = f"{row['op']} {results.shape_label(row['shape'])} {row['dtype']} {results.impl_label(row)}"
         c = row.get("clocks") or {}
         if c.get("sagged"):
             out.append(f"{where}: SM clock sagged to {c['sm_mhz_median']:.0f} MHz "
@@ -277,8 +296,9 @@ def _warnings(doc: dict[str, Any], clock_errors: list[str]) -> list[str]:
     return out
 
 
-def _row(spec: Any, shape: dict[str, int], dtype: str, impl: str, role: str, status: str, reason: str) -> dict[str, Any]:
-    return {"op": spec.name, "kind": spec.kind, "shape": dict(shape), "dtype": dtype, "impl": impl,
+def _row(spec: Any, shape: dict[str, int], dtype: str, impl: str, role: str, status: str, reason: str,
+         which: str = "forward") -> dict[str, Any]:
+    return {"op": spec.name, "kind": spec.kind, "shape": dict(shape), "dtype": dtype, "impl": impl, "pass": which,
             "role": role, "status": status, "reason": reason}
 
 
@@ -290,11 +310,6 @@ def run_name(started: dt.datetime, gpu: str | None) -> str:
     """A run's folder name under results/: its start time and the GPU (`invoke profile` names its runs so too)."""
     what = re.sub(r"[^a-z0-9]+", "-", (gpu or "cpu").lower()).strip("-")
     return f"{started.astimezone().strftime('%Y%m%d-%H%M%S')}-{what}"
-
-
-def _oneline(e: BaseException, lines: int = 1) -> str:
-    text = [line.strip() for line in str(e).splitlines() if line.strip()]
-    return f"{type(e).__name__}: " + "; ".join(text[:lines]) if text else type(e).__name__
 
 
 def _torch() -> Any:

@@ -77,10 +77,16 @@ class Measurement:
         return self.summary.median
 
 
-def measure(fns: Mapping[str, Fn], settings: Settings = DEFAULT, *, device: str = "cuda") -> dict[str, Measurement]:
-    """Time each function (no arguments) interleaved with the others; return raw samples per name."""
+def measure(fns: Mapping[str, Fn], settings: Settings = DEFAULT, *, device: str = "cuda",
+            setups: Mapping[str, Fn] | None = None) -> dict[str, Measurement]:
+    """Time each function (no arguments) interleaved with the others; return raw samples per name.
+
+    `setups[name]`, where given, runs before every call of that function, untimed (before the L2 flush): a
+    backward's forward, whose graph each backward call consumes.
+    """
     timer: _Timer = _CudaTimer(settings) if device.startswith("cuda") else _CpuTimer()
-    results = {name: Measurement(name, timer.label, timer.first_call(fn)) for name, fn in fns.items()}
+    timer.setups = dict(setups or {})
+    results = {name: Measurement(name, timer.label, timer.first_call(fn, name)) for name, fn in fns.items()}
     for name, fn in fns.items():
         results[name].host_ms = timer.prepare(name, fn)
     running = {name: stats.Running() for name in fns}
@@ -106,7 +112,9 @@ def measure(fns: Mapping[str, Fn], settings: Settings = DEFAULT, *, device: str 
         if per_sample_ms > 0:
             count = max(1, min(2000, int(settings.round_s * 1e3 / per_sample_ms)))
     for result in results.values():
-        if isinstance(timer, _CudaTimer) and result.median_ms < settings.graph_below_ms:
+        if result.name in timer.setups and result.median_ms < settings.graph_below_ms:
+            result.graph_note = "no CUDA graph figure: every call needs its own untimed setup (a backward's forward)"
+        elif isinstance(timer, _CudaTimer) and result.median_ms < settings.graph_below_ms:
             result.graph_ms, result.graph_note = timer.graph_ms(fns[result.name], settings)
     return results
 
@@ -131,6 +139,12 @@ class _Timer:
 
     label = ""
     _flip = False
+    setups: dict[str, Fn] = {}
+
+    def setup(self, name: str | None) -> None:
+        """Run name's untimed setup, if it has one (before the flush: it does not warm the cache)."""
+        if name in self.setups:
+            self.setups[name]()
 
     def sync(self) -> None:
         pass
@@ -149,7 +163,8 @@ class _Timer:
     def resolve(self, marks: list[Any]) -> list[float]:
         raise NotImplementedError
 
-    def first_call(self, fn: Fn) -> float:
+    def first_call(self, fn: Fn, name: str | None = None) -> float:
+        self.setup(name)
         self.sync()
         t0 = time.perf_counter()
         fn()
@@ -174,6 +189,7 @@ class _CpuTimer(_Timer):
     label = "cpu-perf-counter"
 
     def sample(self, name: str, fn: Fn) -> float:
+        self.setup(name)
         t0 = time.perf_counter()
         fn()
         return round((time.perf_counter() - t0) * 1e3, 6)
@@ -212,6 +228,7 @@ class _CudaTimer(_Timer):
         """Measure fn's host launch time; size its spin so the GPU waits until the call is queued."""
         host = []
         for _ in range(3):
+            self.setup(name)
             self.sync()
             t0 = time.perf_counter()
             fn()
@@ -228,6 +245,7 @@ class _CudaTimer(_Timer):
     def sample(self, name: str, fn: Fn) -> Any:
         start = self.torch.cuda.Event(enable_timing=True)
         end = self.torch.cuda.Event(enable_timing=True)
+        self.setup(name)
         self.flush()
         spin_cycles = int(self.spin_ms.get(name, 0.0) * self.cycles_per_ms)
         if spin_cycles > 0 and self.spin is not None:

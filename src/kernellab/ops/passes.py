@@ -125,24 +125,31 @@ def run_full(fn: Callable[..., Tensor], inputs: Sequence[Any], grad_out: Tensor,
 
 
 def prepare(fn: Callable[..., Any], inputs: Sequence[Any], which: str, grad_out: Tensor | None = None,
-            indices: Sequence[int] = ()) -> Callable[[], Any]:
-    """The call that times pass `which` of fn at these inputs, no arguments:
-    forward: fn(*inputs) (no autograd graph);
-    backward: torch.autograd.grad of one forward's output, made here, kept for every call (retain_graph);
-    full: a forward with its graph, then torch.autograd.grad.
+            indices: Sequence[int] = ()) -> tuple[Callable[[], Any], Callable[[], Any] | None]:
+    """(call, setup) that time pass `which` of fn at these inputs, both without arguments; run setup (when not
+    None) before every call, untimed:
+    forward: fn(*inputs), no autograd graph; no setup.
+    backward: torch.autograd.grad of the output of the forward that setup ran (a graph is consumed by its
+      backward: torch.compile's backward refuses retain_graph, and a kept graph is not what training runs).
+    full: a forward with its graph, then torch.autograd.grad; no setup.
     Raises NoBackward where fn's output carries no graph."""
     import torch
 
     if which == "forward":
-        return lambda: fn(*inputs)
+        return (lambda: fn(*inputs)), None
     if which not in PASSES or grad_out is None:
         raise ConfigError(f"pass {which!r}: expected one of {', '.join(PASSES)}, with a grad_out for the backward.")
     ins = leaves(inputs, indices)
     wrt = [ins[i] for i in indices]
+    run_full(fn, inputs, grad_out, indices)  # says NoBackward here, not in the timing loop
     if which == "full":
-        run_full(fn, inputs, grad_out, indices)  # says NoBackward here, not in the timing loop
-        return lambda: torch.autograd.grad(fn(*ins), wrt, grad_out)
-    out = fn(*ins)
-    if not (isinstance(out, torch.Tensor) and out.grad_fn is not None):
-        raise NoBackward("no backward: its output carries no autograd graph")
-    return lambda: torch.autograd.grad(out, wrt, grad_out, retain_graph=True)
+        return (lambda: torch.autograd.grad(fn(*ins), wrt, grad_out)), None
+    graphs: list[Tensor] = []
+
+    def setup() -> None:
+        graphs.append(fn(*ins))
+
+    def call() -> Any:
+        return torch.autograd.grad(graphs.pop(), wrt, grad_out)
+
+    return call, setup
