@@ -185,3 +185,34 @@ def test_the_autograd_wrapper_gives_the_reference_gradients(tmp_path: Path) -> N
         torch.testing.assert_close(got, want)
     with pytest.raises(passes.NoBackward, match="no backward"):
         passes.prepare(lambda x, w: (x * w).detach(), inputs, "backward", grad_out, [0, 1])
+
+
+def test_profile_and_sanitize_launch_the_pass_the_bench_times(tmp_path: Path) -> None:
+    """kernellab.ops.passes.for_impl: what `profile --pass` and the sanitizer's child call, per implementation."""
+    spec = toy_spec(tmp_path)
+    module = toy_module(spec)
+    module.baselines["eager"] = module._ref.reference
+    inputs = module.make_inputs({"rows": 4, "cols": 5}, "float64", "cpu", 0)
+    call, setup = passes.for_impl(module, "kernellab", module.candidates["kernellab"], inputs, "forward")
+    assert setup is None and torch.equal(call(), module.reference(*inputs))
+    for name in ("kernellab", "eager"):
+        call, setup = passes.for_impl(module, name, module.candidates.get(name) or module.baselines[name], inputs,
+                                      "backward")
+        assert setup is not None
+        setup()
+        grads = call()
+        want = module.reference_grads(inputs, module.make_grad_out(module.reference(*inputs), 0))
+        for got, expected in zip(grads, want):
+            torch.testing.assert_close(got, expected)
+    with pytest.raises(ConfigError, match="candidate plain has no backward"):
+        passes.for_impl(module, "plain", module.candidates["plain"], inputs, "full")
+
+
+def test_profile_refuses_a_pass_the_op_does_not_have(tmp_path: Path) -> None:
+    from kernellab.nsight import profile
+
+    spec = toy_spec(tmp_path, extra="")
+    toml = spec.path / "op.toml"
+    toml.write_text(toml.read_text().replace('kind = "cpu"', 'kind = "cuda"'))
+    with pytest.raises(ConfigError, match="--pass backward: toy's passes are forward .its op.toml declares no"):
+        profile.run(tmp_path, "toy", which="backward")

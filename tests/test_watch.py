@@ -345,13 +345,15 @@ def test_the_watcher_rebuilds_and_rechecks_on_every_save(tmp_path: Path) -> None
     w = Watcher([sys.executable, "-m", "kernellab.watch", "-k", OP, "--kernels", str(tmp_path / "kernels")], env)
     try:
         status, block = w.result(FIRST_BUILD_S)
-        assert status.startswith(f"PASS {OP}: 30 cases and 4 argument checks pass"), block
+        # 30 forward cases and 30 of the backward's gradients (op.toml's [backward]).
+        assert status.startswith(f"PASS {OP}: 60 cases and 4 argument checks pass"), block
         assert "\033" not in block, "plain lines when stdout is not a terminal"
 
         kernel.write_text(good.replace(*BREAK))  # wrong by 1%
         status, block = w.result(EDIT_S)
-        assert status.startswith(f"FAIL {OP}: 30 of 30 cases fail;") and "s from save to result" in status, block
-        assert re.search(r"^  rows=17 cols=1000 +FAIL +FAIL$", block, re.M), block
+        assert status.startswith(f"FAIL {OP}: 30 of 60 cases fail;") and "s from save to result" in status, block
+        # The forward fails, its backward (which does not call it) passes: the grid names the failing one.
+        assert re.search(r"^  rows=17 cols=1000 +FAIL kernellab +FAIL kernellab *$", block, re.M), block
         assert re.search(r"first failure: kernellab rows=1 cols=1 float32 seed 0:\n    1 of 1 elements differ", block)
 
         kernel.write_text(good.replace(*BREAK) + SYNTAX)  # does not compile: the compiler's lines
@@ -374,7 +376,7 @@ def test_the_watcher_rebuilds_and_rechecks_on_every_save(tmp_path: Path) -> None
         spec = folder / "op.toml"  # op.toml is read again
         spec.write_text(spec.read_text().replace("  { rows = 1, cols = 1 },", "  { rows = 1, cols = 1 },\n  { rows = 5, cols = 3 },"))
         status, block = w.result(EDIT_S)
-        assert status.startswith(f"PASS {OP}: 36 cases"), block
+        assert status.startswith(f"PASS {OP}: 72 cases"), block  # 36 forward, 36 backward
         assert re.search(r"^  rows=5 cols=3 +pass +pass$", block, re.M), block
 
         os.killpg(w.proc.pid, signal.SIGINT)  # Ctrl-C

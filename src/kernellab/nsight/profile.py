@@ -2,7 +2,7 @@
 side by side; with `--trace`, a torch.profiler trace instead (no counters needed).
 
     python -m kernellab.nsight.profile -k OP [--shape N|k=v,...] [--dtype D] [--impl NAME ...] [--set basic|full]
-                                [--kernel REGEX] [--trace] [--out DIR] [--kernels DIR]
+                                [--kernel REGEX] [--trace] [--pass forward|backward|full] [--out DIR] [--kernels DIR]
 
 What the task runs, in the target's container or natively. For each implementation (a candidate or a
 baseline) it starts `ncu` on a child of itself (`--launch`), which loads the op, makes the bench inputs,
@@ -46,30 +46,37 @@ WARMUP = 3
 
 
 def launch(root: Path, name: str, impl: str, shape: dict[str, int], dtype: str, trace: Path | None = None,
-           system: str | None = None) -> int:
+           system: str | None = None, which: str = "forward") -> int:
     """Load the op, warm the implementation up, call it once inside the NVTX range (or a torch.profiler
-    trace written to `trace`)."""
+    trace written to `trace`). `which` (--pass): forward, or for an op with a [backward] the backward (its
+    forward runs before the range, untimed as in the bench) or the full pass, through autograd as the bench times it."""
     import torch
 
-    from ..ops import library
+    from ..ops import library, passes
 
     spec = _find(root, name)
     module = library.load(spec)
     fn = {**module.candidates, **module.baselines, **published(spec.name, system)}[impl]
-    inputs = module.make_inputs(shape, dtype, "cuda", spec.seeds[0] if spec.seeds else 0)
+    seed = spec.seeds[0] if spec.seeds else 0
+    inputs = module.make_inputs(shape, dtype, "cuda", seed)
+    call, setup = passes.for_impl(module, impl, fn, inputs, which, seed)
     for _ in range(WARMUP):
-        fn(*inputs)
+        if setup is not None:
+            setup()
+        call()
+    if setup is not None:
+        setup()  # the profiled backward's forward: before the range, so only the backward's launches are in it
     torch.cuda.synchronize()
     if trace is not None:
         from torch.profiler import ProfilerActivity, profile
 
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            fn(*inputs)
+            call()
             torch.cuda.synchronize()
         prof.export_chrome_trace(str(trace))
         return 0
     torch.cuda.nvtx.range_push(RANGE)
-    fn(*inputs)
+    call()
     torch.cuda.synchronize()
     torch.cuda.nvtx.range_pop()
     return 0
@@ -145,20 +152,23 @@ def choose_impls(spec: OpSpec, wanted: Sequence[str] | None, system: str | None 
     return [(n, r) for n, r in impls if n in wanted]
 
 
-def file_stem(spec: OpSpec, shape: dict[str, int], dtype: str, impl: str) -> str:
+def file_stem(spec: OpSpec, shape: dict[str, int], dtype: str, impl: str, which: str = "forward") -> str:
     dims = "x".join(str(v) for v in shape.values())
-    return f"{spec.name}-{dims}-{dtype}-{impl}"
+    return f"{spec.name}-{dims}-{dtype}-{impl}" + ("" if which == "forward" else f"-{which}")
 
 
 def run(root: Path, name: str, *, shape: str | None = None, dtype: str | None = None,
         impls: Sequence[str] | None = None, set_name: str = "basic", kernel: str | None = None,
-        trace: bool = False, out: Path | None = None, system: str | None = None) -> Path:
-    """Profile (or trace) every chosen implementation; returns the finished `<out>/profile` folder."""
+        trace: bool = False, out: Path | None = None, system: str | None = None, which: str = "forward") -> Path:
+    """Profile (or trace) every chosen implementation in pass `which`; returns the finished `<out>/profile` folder."""
     import torch
 
     spec = _find(root, name)
     if spec.kind == "cpu":
         raise ProfileError(f"{spec.name} is a CPU op: Nsight Compute profiles GPU kernels only.")
+    if which not in spec.passes:
+        raise ConfigError(f"--pass {which}: {spec.name}'s passes are {', '.join(spec.passes)}"
+                          + ("" if spec.backward else " (its op.toml declares no [backward])") + ".")
     chosen_shape, chosen_dtype = choose_case(spec, shape, dtype, torch)
     chosen = choose_impls(spec, impls, system)
     from ..ops.library import arch_requirements
@@ -180,7 +190,7 @@ def run(root: Path, name: str, *, shape: str | None = None, dtype: str | None = 
     gpu = torch.cuda.get_device_name(0)
     with staged(run_folder(out, gpu) / "profile") as partial:
         doc: dict[str, Any] = {
-            "op": spec.name, "shape": chosen_shape, "dtype": chosen_dtype, "gpu": gpu, "torch": torch.__version__,
+            "op": spec.name, "shape": chosen_shape, "dtype": chosen_dtype, "pass": which, "gpu": gpu, "torch": torch.__version__,
             "mode": "trace" if trace else "ncu", "set": None if trace else set_name, "kernel_filter": kernel,
             "warmup_calls": WARMUP, "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "ncu": None if ncu is None else {"path": str(ncu), "version": ncu_version(ncu),
@@ -190,7 +200,7 @@ def run(root: Path, name: str, *, shape: str | None = None, dtype: str | None = 
         }
         with gpu_lock(torch):  # a benchmark or sanitizer beside ncu would change what it measures
             _profile_each(spec, root, chosen, chosen_shape, chosen_dtype, doc, partial, ncu, set_name, kernel, trace,
-                          system)
+                          system, which)
         report.write(partial, doc)
     return partial.with_name("profile")
 
@@ -221,13 +231,13 @@ def staged(final: Path) -> Iterator[Path]:
 
 def _profile_each(spec: OpSpec, root: Path, chosen: list[tuple[str, str]], chosen_shape: dict[str, int],
                   chosen_dtype: str, doc: dict[str, Any], partial: Path, ncu: Path | None, set_name: str,
-                  kernel: str | None, trace: bool, system: str | None) -> None:
+                  kernel: str | None, trace: bool, system: str | None, which: str = "forward") -> None:
     t_all = time.perf_counter()
     for impl, role in chosen:
-        stem = file_stem(spec, chosen_shape, chosen_dtype, impl)
+        stem = file_stem(spec, chosen_shape, chosen_dtype, impl, which)
         program = [sys.executable, "-m", "kernellab.nsight.profile", "--launch", "-k", spec.name, "--impl", impl,
                    "--shape", json.dumps(chosen_shape), "--dtype", chosen_dtype, "--kernels", str(root),
-                   *(["--system", system] if system else [])]
+                   "--pass", which, *(["--system", system] if system else [])]
         print(f"profile: {spec.name} {impl} ({role}) ...", flush=True)
         t0 = time.perf_counter()
         if trace:
@@ -306,13 +316,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kernel", help="only kernels whose function name matches this regular expression")
     parser.add_argument("--trace", action="store_true", help="a torch.profiler trace per implementation instead")
     parser.add_argument("--trace-to", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--pass", dest="which", default="forward", choices=("forward", "backward", "full"),
+                        help="the pass profiled, for an op with a [backward] (default forward)")
     args = parser.parse_args(argv)
     root = args.kernels.resolve() if args.kernels else KERNELS
     try:
         if args.launch:
-            return launch(root, args.op, args.impl[0], json.loads(args.shape), args.dtype, args.trace_to, args.system)
+            return launch(root, args.op, args.impl[0], json.loads(args.shape), args.dtype, args.trace_to, args.system,
+                          args.which)
         folder = run(root, args.op, shape=args.shape, dtype=args.dtype, impls=args.impl, set_name=args.set_name,
-                     kernel=args.kernel, trace=args.trace, out=args.out, system=args.system)
+                     kernel=args.kernel, trace=args.trace, out=args.out, system=args.system, which=args.which)
     except KernellabError as e:
         print(f"kernellab: {e}", file=sys.stderr)
         return e.exit_code

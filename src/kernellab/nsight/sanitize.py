@@ -1,10 +1,12 @@
 """`invoke sanitize`: an op's checks under compute-sanitizer, each error with kernel, file:line and test case.
 
-    python -m kernellab.nsight.sanitize -k OP [--tool memcheck|racecheck|initcheck|synccheck|all] [--kernels DIR]
+    python -m kernellab.nsight.sanitize -k OP [--tool memcheck|racecheck|initcheck|synccheck|all]
+                                        [--pass forward|backward|all] [--kernels DIR]
 
 What the task runs, in the target's container or natively. For each tool it runs a child of itself
 (`--run`) under `compute-sanitizer --tool T`: the child builds and loads the op and runs every case that
-`invoke test` checks (kernellab.ops.checks: each candidate at each test shape, dtype and seed), printing a
+`invoke test` checks (kernellab.ops.checks: each candidate at each test shape, dtype and seed, and an op's
+backward's gradient checks; --pass forward or backward runs one side only), printing a
 marker line before each case and synchronizing after it, so that an error the tool reports belongs to the
 case before it. The child runs with PyTorch's caching allocator off (PYTORCH_NO_CUDA_MEMORY_CACHING=1):
 every tensor is then its own allocation, and a write one element past a tensor's end is out of bounds for
@@ -175,8 +177,9 @@ def _short(where: str | None) -> str | None:
 # --------------------------------------------------------------------------- the child (--run)
 
 
-def run_checks(root: Path, name: str) -> int:
-    """Every check case of the op, a marker line before each; exit 0 (the tool's verdict is its own)."""
+def run_checks(root: Path, name: str, which: str = "all") -> int:
+    """Every check case of the op, a marker line before each; exit 0 (the tool's verdict is its own). `which`
+    (--pass): forward (the forward's checks), backward (an op with a [backward]: its gradient checks), or all."""
     import torch
 
     from ..ops import checks, library
@@ -186,12 +189,17 @@ def run_checks(root: Path, name: str) -> int:
     count = 0
     for label, reason in module.unavailable.items():
         print(f"skipped {label}: {reason}", flush=True)
-    for label, shape, dtype, seed in checks.cases(spec):
+    if which == "backward" and spec.backward is None:
+        raise ConfigError(f"--pass backward: {spec.name}'s op.toml declares no [backward].")
+    forward = [(c, checks.match_reference) for c in checks.cases(spec)] if which != "backward" else []
+    backward = [(c, checks.match_gradients) for c in checks.gradient_cases(spec)] if which != "forward" else []
+    for (label, shape, dtype, seed), check in forward + backward:
         if label in module.unavailable:
             continue
-        case = f"{label} {' '.join(f'{k}={v}' for k, v in shape.items())} {dtype} seed={seed}"
+        what = label if check is checks.match_reference else f"{label} backward"
+        case = f"{what} {' '.join(f'{k}={v}' for k, v in shape.items())} {dtype} seed={seed}"
         print(f"{MARK} {case}", flush=True)
-        failure = checks.match_reference(spec, module, label, shape, dtype, seed)
+        failure = check(spec, module, label, shape, dtype, seed)
         torch.cuda.synchronize()
         if failure:
             print(f"{CHECK_FAILED} {case}: {failure}", flush=True)
@@ -203,7 +211,7 @@ def run_checks(root: Path, name: str) -> int:
 # --------------------------------------------------------------------------- the driver
 
 
-def run(root: Path, name: str, checkers: Sequence[str]) -> int:
+def run(root: Path, name: str, checkers: Sequence[str], which: str = "all") -> int:
     import torch
 
     find_op(root, name)
@@ -218,7 +226,8 @@ def run(root: Path, name: str, checkers: Sequence[str]) -> int:
         raise ProfileError("compute-sanitizer is not installed here (it ships with the CUDA toolkit, in "
                            "<cuda>/bin or <cuda>/compute-sanitizer): install the toolkit, or set KERNELLAB_SANITIZER.")
     env = {**child_env(), "PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
-    program = [sys.executable, "-m", "kernellab.nsight.sanitize", "--run", "-k", name, "--kernels", str(root)]
+    program = [sys.executable, "-m", "kernellab.nsight.sanitize", "--run", "-k", name, "--kernels", str(root),
+               "--pass", which]
     with gpu_lock(torch):  # one GPU tool at a time: the checks under a sanitizer are slow, and perturb timings
         return _each_tool(name, checkers, sanitizer, program, env)
 
@@ -250,12 +259,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tool", default="memcheck", choices=(*TOOLS, "all"))
     parser.add_argument("--kernels", type=Path, help="the kernels folder (default: kernels/)")
     parser.add_argument("--run", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--pass", dest="which", default="all", choices=("forward", "backward", "all"),
+                        help="the checks run: the forward's, the backward's gradient checks, or all (default)")
     args = parser.parse_args(argv)
     root = args.kernels.resolve() if args.kernels else KERNELS
     try:
         if args.run:
-            return run_checks(root, args.op)
-        return run(root, args.op, TOOLS if args.tool == "all" else (args.tool,))
+            return run_checks(root, args.op, args.which)
+        return run(root, args.op, TOOLS if args.tool == "all" else (args.tool,), args.which)
     except KernellabError as e:
         print(f"kernellab: {e}", file=sys.stderr)
         return e.exit_code

@@ -153,3 +153,20 @@ def prepare(fn: Callable[..., Any], inputs: Sequence[Any], which: str, grad_out:
         return torch.autograd.grad(graphs.pop(), wrt, grad_out)
 
     return call, setup
+
+
+def for_impl(module: Any, name: str, fn: Callable[..., Any], inputs: Sequence[Any], which: str,
+             seed: int = 0) -> tuple[Callable[[], Any], Callable[[], Any] | None]:
+    """(call, setup) running pass `which` of implementation `name` of a loaded op (`fn`: the candidate or
+    baseline as the op module has it), as the bench times it: what `profile` and `sanitize` launch."""
+    if which == "forward":
+        return (lambda: fn(*inputs)), None
+    spec = module.spec
+    if spec.backward is None:
+        raise ConfigError(f"{spec.name} has no {which} pass: its op.toml declares no [backward].")
+    if name in getattr(module, "backwards", {}):
+        fn = module.differentiable(name, tuple(inputs))
+    elif name in module.candidates:
+        raise ConfigError(f"{spec.name}'s candidate {name} has no backward (op.toml's [backward] candidates).")
+    grad_out = module.make_grad_out(module.reference(*inputs), seed)
+    return prepare(fn, inputs, which, grad_out, module.grad_indices(tuple(inputs)))

@@ -63,7 +63,8 @@ def run_round(root: Path, name: str, trigger: Trigger, *, bench: bool = False) -
     reason = library.unavailable(spec)
     if reason:
         return result, reason
-    result.candidates, result.shapes, result.dtypes = list(spec.candidates), spec.test_shapes, spec.dtypes
+    backwards = [f"{label} backward" for label in (spec.backward.candidates if spec.backward else {})]
+    result.candidates, result.shapes, result.dtypes = [*spec.candidates, *backwards], spec.test_shapes, spec.dtypes
     t0 = time.perf_counter()
     try:
         # The .cu files in a library of their own: a .cu edit relinks only that (this round is a fresh fork).
@@ -86,6 +87,9 @@ def run_round(root: Path, name: str, trigger: Trigger, *, bench: bool = False) -
         except Exception as e:  # make_inputs or the reference itself fails
             failure = f"the check raised {type(e).__name__}: {_first_line(e)}"
         result.cases.append(CaseResult(label, shape, dtype, seed, failure))
+    for label, shape, dtype, seed in (c for c in checks.gradient_cases(spec) if c[0] in module.backwards):  # [backward]
+        failure = _guarded(checks.match_gradients, spec, module, label, shape, dtype, seed)
+        result.cases.append(CaseResult(f"{label} backward", shape, dtype, seed, failure))
     for label in (c for c in spec.candidates if c not in module.unavailable):
         for mistake in checks.BAD_INPUTS:
             result.args.append(ArgResult(label, mistake, _guarded(checks.rejects_bad_input, spec, module, label, mistake)))
@@ -104,6 +108,7 @@ def quick_bench(spec: OpSpec, module: OpModule) -> list[str]:
     import torch
 
     from ..bench import clocks, runner, timing
+    from ..bench.results import impl_label
 
     shape, dtype = spec.bench_shapes[0], spec.bench_dtypes[0]
     baselines = {k: v for k, v in module.baselines.items() if k != "compile"}
@@ -116,12 +121,12 @@ def quick_bench(spec: OpSpec, module: OpModule) -> list[str]:
         return [f"bench: failed: {type(e).__name__}: {_first_line(e)}"]
     left_out = " (compile baseline left out)" if "compile" in module.baselines else ""
     lines = [f"bench (quick) {shape_label(shape)} {dtype}{left_out}:"]
-    width = max(len(r["impl"]) for r in rows)
-    for row in rows:
+    width = max(len(impl_label(r)) for r in rows)
+    for row in rows:  # an op with a backward: forward, then backward and full rows (`kernellab backward`)
         if row["status"] != "ok":
-            lines.append(f"  {row['impl'].ljust(width)}  {row['status']}: {row['reason']}")
+            lines.append(f"  {impl_label(row).ljust(width)}  {row['status']}: {row['reason']}")
             continue
-        text = f"  {row['impl'].ljust(width)}  {_ms(row['stats']['median'])}"
+        text = f"  {impl_label(row).ljust(width)}  {_ms(row['stats']['median'])}"
         if row.get("gbps"):
             text += f"  {row['gbps']:8.1f} GB/s"
         speedups = row.get("speedups") or {}
@@ -138,11 +143,8 @@ class _BenchView:
         self.candidates = module.candidates
         self.baselines = baselines
 
-    def make_inputs(self, *args: Any, **kwargs: Any) -> Any:
-        return self._module.make_inputs(*args, **kwargs)
-
-    def reference(self, *inputs: Any) -> Any:
-        return self._module.reference(*inputs)
+    def __getattr__(self, name: str) -> Any:  # the rest (make_inputs, reference, backwards, ...) as the op's
+        return getattr(self._module, name)
 
 
 def _ms(ms: float) -> str:
