@@ -3,7 +3,9 @@
 The task layer reads the recipe (its [baselines] table: op -> an adapter file in the recipe, and its [[packages]])
 and hands the bench one Offer as JSON; the bench runs in the recipe's image, where the system is installed. An
 adapter is a small file of the recipe's own with `baseline(*inputs)`: the op's inputs in, the output out, as a
-PyTorch baseline is called. It is checked against the op's reference before it is timed, like every candidate
+PyTorch baseline is called. For an op with a [backward], an adapter offers a backward by returning an output that
+carries an autograd graph (Liger-Kernel's functions are torch.autograd.Functions): its backward and full pass are
+timed through torch.autograd as every implementation's are; one without a graph gets `skipped` rows. It is checked against the op's reference before it is timed, like every candidate
 and baseline; a wrong one is a row that says so, never a time. The system's identity (each package's version and
 the sha256 of the wheel installed) is read from the image's pip report and goes into the run's results.
 """
