@@ -175,3 +175,11 @@ def test_a_container_job_without_a_gpu_attaches_no_gpu_index(monkeypatch, tmp_pa
     place.run(jobs.recipe_case("true", ".", output=tmp_path / "o", scratch=tmp_path, timeout=60))
     assert (seen[0]["gpu"], seen[0]["gpu_index"]) == (False, None)
     assert (seen[1]["gpu"], seen[1]["gpu_index"]) == ("nvidia", "0")
+
+
+def test_profile_and_sanitize_pass_the_pass_of_an_op_with_a_backward() -> None:
+    assert "--pass" not in jobs.profile("softmax").argv and "--pass" not in jobs.sanitize("softmax").argv
+    argv = jobs.profile("rmsnorm_cpu", which="backward").argv
+    assert argv[argv.index("--pass") + 1] == "backward"
+    argv = jobs.sanitize("rmsnorm_cpu", which="forward").argv
+    assert argv[argv.index("--pass") + 1] == "forward"

@@ -139,7 +139,7 @@ def watch(op: str, *, bench: bool = False, kernels: str | None = None) -> Job:
 def profile(op: str, *, set: str = "basic", shape: str | None = None, dtype: str | None = None,
             impl: list[str] | None = None, kernel: str | None = None, trace: bool = False, timeline: bool = False,
             calls: int | None = None, seconds: float | None = None, system: str | None = None,
-            out: str | None = None, kernels: str | None = None) -> Job:
+            out: str | None = None, kernels: str | None = None, which: str = "forward") -> Job:
     """Nsight Compute on the launches the bench times; --timeline: one Nsight Systems capture of them instead."""
     common = (("--shape", shape), ("--dtype", dtype), *[("--impl", i) for i in impl or []], ("--system", system),
               ("--out", _path(out)), ("--kernels", _path(kernels)))
@@ -148,12 +148,13 @@ def profile(op: str, *, set: str = "basic", shape: str | None = None, dtype: str
                       ("--calls", None if calls is None else str(calls)),
                       ("--seconds", None if seconds is None else f"{seconds:g}"), select=op, tools=("nsys",), results="--out")
     return _build("profile", ["python", "-m", "kernellab.nsight.profile", "-k", op, "--set", set], *common,
-                  ("--kernel", kernel), ("--trace", trace), select=op, tools=() if trace else ("ncu",), results="--out")
+                  ("--kernel", kernel), ("--trace", trace), ("--pass", None if which == "forward" else which),
+                  select=op, tools=() if trace else ("ncu",), results="--out")
 
 
-def sanitize(op: str, *, tool: str = "memcheck", kernels: str | None = None) -> Job:
+def sanitize(op: str, *, tool: str = "memcheck", kernels: str | None = None, which: str = "all") -> Job:
     return _build("sanitize", ["python", "-m", "kernellab.nsight.sanitize", "-k", op, "--tool", tool],
-                  ("--kernels", _path(kernels)), select=op)
+                  ("--kernels", _path(kernels)), ("--pass", None if which == "all" else which), select=op)
 
 
 def shell(cmd: str | None = None) -> Job:

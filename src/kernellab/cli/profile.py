@@ -50,11 +50,13 @@ def _positive(flag: str, value: Any, kind: Callable[[str], Any]) -> Any:
     "against": "a recipe whose published system is profiled beside your kernel, in the recipe's image",
     "wheelhouse": WHEELHOUSE_HELP,
     "out": "the run's folder (default results/<date>-<time>-<gpu>); reports go to its profile/ (or timeline/)",
+    "pass_": "Nsight Compute on this pass of an op with a backward: forward (default), backward or full",
 })
 def profile(c: Any, k: str | None = None, shape: str | None = None, dtype: str | None = None,
             impl: list[str] | None = None, set: str = "basic", kernel: str | None = None, trace: bool = False,
             timeline: bool = False, calls: int | None = None, seconds: float | None = None, against: str | None = None,
-            wheelhouse: str | None = None, out: str | None = None, kernels: str | None = None, *, where: Flags) -> None:
+            wheelhouse: str | None = None, out: str | None = None, kernels: str | None = None,
+            pass_: str = "forward", *, where: Flags) -> None:
     """Nsight Compute (or, --timeline, Nsight Systems) on the calls the benchmark times: candidate and baselines."""
     if set not in SETS:
         raise UsageError(f"unknown --set {set!r}; use one of {', '.join(SETS)}.")
@@ -63,13 +65,18 @@ def profile(c: Any, k: str | None = None, shape: str | None = None, dtype: str |
                          "every kernel of each call.")
     if (calls is not None or seconds is not None) and not timeline:
         raise UsageError("--calls and --seconds are for --timeline.")
+    if pass_ not in ("forward", "backward", "full"):
+        raise UsageError(f"--pass {pass_}: use forward, backward or full.")
+    if timeline and pass_ != "forward":
+        raise UsageError("--timeline captures the forward calls the bench times; --pass is for Nsight Compute's profile.")
     n_calls = None if calls is None else _positive("--calls", calls, int)
     limit = None if seconds is None else _positive("--seconds", seconds, float)
     op = _one_op(k, kernels, "profile")
 
     def make(system: str | None = None) -> jobs.Job:
         return jobs.profile(op, set=set, shape=shape, dtype=dtype, impl=impl, kernel=kernel, trace=trace,
-                            timeline=timeline, calls=n_calls, seconds=limit, system=system, out=out, kernels=kernels)
+                            timeline=timeline, calls=n_calls, seconds=limit, system=system, out=out, kernels=kernels,
+                            which=pass_)
 
     if against:
         run_against(c, against, make, k=op, where=where, verb="profile", wheelhouse=wheelhouse)
@@ -79,10 +86,13 @@ def profile(c: Any, k: str | None = None, shape: str | None = None, dtype: str |
 
 
 @task(place=True, help={"k": f"the op whose checks run under compute-sanitizer: {_OP}", "kernels": _KERNELS,
-                        "tool": "memcheck, racecheck, initcheck, synccheck, or all"})
-def sanitize(c: Any, k: str | None = None, tool: str = "memcheck", kernels: str | None = None, *,
-             where: Flags) -> None:
+                        "tool": "memcheck, racecheck, initcheck, synccheck, or all",
+                        "pass_": "the checks run: forward, backward (the gradient checks) or all (default)"})
+def sanitize(c: Any, k: str | None = None, tool: str = "memcheck", kernels: str | None = None, pass_: str = "all",
+             *, where: Flags) -> None:
     """An op's checks under compute-sanitizer: each error with kernel, file:line and test case."""
     if tool not in (*TOOLS, "all"):
         raise UsageError(f"unknown --tool {tool!r}; use one of {', '.join(TOOLS)} or all.")
-    run_job(c, jobs.sanitize(_one_op(k, kernels, "sanitize"), tool=tool, kernels=kernels), where)
+    if pass_ not in ("forward", "backward", "all"):
+        raise UsageError(f"--pass {pass_}: use forward, backward or all.")
+    run_job(c, jobs.sanitize(_one_op(k, kernels, "sanitize"), tool=tool, kernels=kernels, which=pass_), where)
