@@ -9,7 +9,7 @@ HOST_TORCH ?= torch==2.13.0
 TARGET ?=
 TARGET_FLAG := $(if $(TARGET),--target $(TARGET),)
 
-.PHONY: all setup engine venv image kernels bench-quick watch profile sanitize test test-all test-full test-unit test-tools lint test-podman bench-build devloop bench-transfer doctor shell devcontainer notebook render check-matrix clean
+.PHONY: all setup engine venv image kernels bench-quick watch profile sanitize test test-all test-full test-full-images test-full-cluster test-unit test-tools lint test-podman bench-build devloop bench-transfer doctor shell devcontainer notebook render check-matrix clean
 
 all: setup image kernels bench-quick  ## the main job: build the default image, test the kernels in it, quick bench
 
@@ -48,8 +48,13 @@ test: venv lint test-tools  ## after a change: lint, types, unit and the integra
 
 test-all: test test-full  ## before a release: `make test` plus the tier that builds other images from scratch
 
-test-full: venv  ## only the full tier: CUDA images, no-cache rebuilds, proxy and CA builds, recipe builds
-	$(BIN)/python -m pytest -m full
+test-full: test-full-images test-full-cluster  ## only the full tier: CUDA images, no-cache rebuilds, proxy and CA builds, recipe builds, the cluster's runs
+
+test-full-images: venv  ## the full tier but the cluster's runs (CI runs the two halves side by side)
+	$(BIN)/python -m pytest -m full --ignore=tests/test_cluster_slurm.py
+
+test-full-cluster: venv  ## the full tier's runs on the one-node Slurm (tests/test_cluster_slurm.py): no image is built
+	$(BIN)/python -m pytest -m full tests/test_cluster_slurm.py
 
 test-unit: venv lint  ## lint, types, and the tests that need neither an engine nor a GPU
 	$(BIN)/python -m pytest -m "not docker and not podman and not gpu and not slurm"

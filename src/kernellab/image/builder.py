@@ -173,11 +173,14 @@ def build(
     lock_dir: Path = LOCK_DIR,
     out: IO[str] = sys.stdout,
     engine: Engine | None = None,
+    tag_target: bool = True,
 ) -> Built:
     """Build spec into an image, write its lock (only if it changed), then label and tag it (only now).
 
     lock: "update" resolves afresh; "strict" follows the lock or raises BuildError; "prefer" follows the
-    lock when it fits and otherwise says why and resolves afresh (kernellab.image.locks)."""
+    lock when it fits and otherwise says why and resolves afresh (kernellab.image.locks). tag_target: also move
+    kernellab:<target> to it (False: a second build made to compare with the first leaves the target where it is,
+    for whoever runs it meanwhile)."""
     matrix = matrix or load()
     eng = resolve_engine(engine).require()
     base_ref, base_digest = ensure_base(spec, out=out, engine=eng)
@@ -196,7 +199,7 @@ def build(
     def attempt(following: dict[str, Any] | None) -> Built:
         return _build(spec, matrix, following, base_ref, base_digest, base_packages, ca_certs=ca_certs,
                       wheelhouse=wheelhouse, pip_config=pip_config, no_cache=no_cache, lock_dir=lock_dir, out=out,
-                      eng=eng)
+                      eng=eng, tag_target=tag_target)
 
     try:
         return attempt(followed)
@@ -210,7 +213,8 @@ def build(
 
 def _build(spec: Spec, matrix: Matrix, lock: dict[str, Any] | None, base_ref: str, base_digest: str,
            base_packages: dict[str, str], *, ca_certs: tuple[Path, ...], wheelhouse: Path | None,
-           pip_config: network.PipConfig | None, no_cache: bool, lock_dir: Path, out: IO[str], eng: Engine) -> Built:
+           pip_config: network.PipConfig | None, no_cache: bool, lock_dir: Path, out: IO[str], eng: Engine,
+           tag_target: bool = True) -> Built:
     requirements = "\n".join(lock["pip_freeze"]) + "\n" if lock else None
     proxy_args, proxy_env = network.proxy_build_args()
     if spec.torch_index:
@@ -249,7 +253,7 @@ def _build(spec: Spec, matrix: Matrix, lock: dict[str, Any] | None, base_ref: st
             raise BuildError(f"the build from the lock did not reproduce its packages (missing: {', '.join(missing[:8])}); "
                              f"nothing was tagged.")
         digest = lock_digest(new_lock)
-        tags = (spec.tag, *([f"kernellab:{spec.target}"] if spec.target else []))
+        tags = (spec.tag, *([f"kernellab:{spec.target}"] if spec.target and tag_target else []))
         # The lock is written (beside its final name) before the tags move, and named after.
         path = lock_path(spec, lock_dir)
         pending = locks.stage(new_lock, path)
