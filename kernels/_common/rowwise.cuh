@@ -1,77 +1,398 @@
-// Row-wise kernels (softmax, layernorm): one block per row, each thread owning the packs
-// threadIdx.x, threadIdx.x + blockDim.x, ... When a thread's packs fit in registers (CACHE of them)
-// the row is read once; longer rows are streamed twice (the second read mostly hits L2).
+// Row-wise kernels (softmax, layernorm, rmsnorm): a group of threads per row (a power of two, 1 to
+// 1024), several rows per block when the groups are small. Each thread keeps its packs of the row
+// (threadIdx.x's lane in the group, + group, + 2 * group, ...) in registers, every load issued
+// before the first use, so the row is read from memory once; statistics are reduced over the group
+// with warp shuffles, through shared memory only when the group spans warps. Rows longer than
+// registers hold (kRowMaxPacks packs per thread at 1024 threads) are streamed: each pass reads them
+// again (mostly from L2).
 #pragma once
 
 #include <cstdint>
 #include <type_traits>
 
+#include "kernellab.cuh"
+
 namespace kl {
 
-constexpr int kRowMaxThreads = 1024;
+constexpr int kRowMaxThreads = 1024;  // threads per row, at most (one block)
+constexpr int kRowMaxPacks = 8;       // packs per thread kept in registers, at most
+
+// A kernel keeping PER packs of N elements per thread is launched with at most this many threads per
+// block: 1024 (64 registers a thread) up to 16 elements, else 512 (and so 128 registers).
+template <int N, int PER>
+constexpr int row_block_limit() {
+  return N * PER > 16 ? kRowMaxThreads / 2 : kRowMaxThreads;
+}
+constexpr int kRowBlockThreads = 256;  // threads per block when several rows share it
+// Few rows (decoding) are spread over up to this many threads each: on the H100, 4 rows of 8192 took
+// 38.1 us over six cases with 512, 40.9 us with 1024 and 42.8 us with 256.
+constexpr int kRowSpreadThreads = 512;
 
 struct RowPlan {
-  int pack;     // elements per access: 16 bytes' worth, or 1 when the rows are not 16-byte aligned
-  int threads;  // per block, a multiple of 32
-  int cache;    // packs per thread kept in registers (1, 2, 4), or 0 to stream
+  int pack = 1;            // elements per access: 16 bytes' worth, or 1 when the rows are not 16-byte aligned
+  int group = 1;           // threads per row, a power of two
+  int shift = 0;           // log2(group)
+  int per_thread = 1;      // packs per thread in registers (1, 2, 4, 8), or 0 to stream
+  int rows_per_block = 1;  // block = group * rows_per_block threads, a multiple of 32
+  int64_t blocks = 0;
+
+  int threads() const { return group * rows_per_block; }
 };
 
-inline RowPlan plan_rows(int64_t cols, int pack16, bool aligned) {
-  const int pack = (aligned && cols % pack16 == 0) ? pack16 : 1;
-  const int64_t packs = cols / pack;
-  // Grow the block until each thread holds at most 4 packs: enough loads in flight, small blocks.
-  int threads = 32;
-  while (threads < kRowMaxThreads && packs > 4LL * threads) threads *= 2;
-  const int64_t per_thread = (packs + threads - 1) / threads;
-  // More than 4 packs per thread at 1024 threads would spill (64 registers per thread): stream instead.
-  int cache = per_thread <= 1 ? 1 : per_thread <= 2 ? 2 : per_thread <= 4 ? 4 : 0;
-  if (pack == 1) cache = 0;  // the unaligned fallback only streams: fewer kernels to compile
-  return {pack, threads, cache};
+// rows x cols, pack16 = elements per 16 bytes. `aligned`: every pointer the kernel touches starts on 16 bytes.
+// A thread keeps at most max_elems elements of a row in registers (max_elems / 2 in a group of 1024 threads);
+// a row needing more is streamed by 1024 threads.
+inline RowPlan plan_rows(int64_t rows, int64_t cols, int pack16, bool aligned, int sms, int max_elems = 32) {
+  const int block_threads = kRowBlockThreads, spread_to = kRowSpreadThreads;
+  RowPlan p;
+  p.pack = (aligned && cols % pack16 == 0) ? pack16 : 1;
+  const int64_t packs = cols / p.pack;
+  const int max_packs = std::max(1, std::min(kRowMaxPacks, max_elems / p.pack));
+  // The smallest group whose threads hold the row in at most max_packs packs each: few threads per row
+  // means short reductions, and several 16-byte loads in flight per thread keep the memory system busy.
+  while (p.group < kRowMaxThreads / 2 && packs > int64_t(max_packs) * p.group) p.group *= 2;
+  if (packs > int64_t(max_packs) * p.group) p.group = kRowMaxThreads;
+  const int64_t per = (packs + p.group - 1) / p.group;
+  const int allowed = p.group == kRowMaxThreads ? std::max(1, max_packs / 2) : max_packs;
+  p.per_thread = per > allowed ? 0 : per <= 1 ? 1 : per <= 2 ? 2 : per <= 4 ? 4 : 8;
+  // Few rows (decoding): spread each row over more threads, and so more SMs' loads, until the GPU has
+  // a few blocks' worth of threads per SM.
+  while (p.per_thread > 1 && p.group < spread_to && rows * p.group < int64_t(sms) * 512) {
+    p.group *= 2;
+    p.per_thread /= 2;
+  }
+  while ((1 << p.shift) < p.group) ++p.shift;
+  // Several rows per block when a row's group is small; a block is always whole warps.
+  p.rows_per_block = p.group >= block_threads ? 1 : block_threads / p.group;
+  // Do not leave SMs idle for want of blocks (but keep whole warps).
+  while (p.rows_per_block > 1 && p.rows_per_block * p.group > 32 && (rows + p.rows_per_block - 1) / p.rows_per_block < sms) {
+    p.rows_per_block /= 2;
+  }
+  p.blocks = (rows + p.rows_per_block - 1) / p.rows_per_block;
+  return p;
 }
 
-// Calls f(std::integral_constant<int, cache>{}) so that the cache size is a compile-time constant.
-template <typename F>
-void dispatch_cache(int cache, F&& f) {
-  switch (cache) {
+// Calls f(std::integral_constant<int, per_thread>{}) so that the count is a compile-time constant; counts
+// above MAX (which the plan never makes) are not compiled.
+template <int MAX = 8, typename F>
+void dispatch_per_thread(int per_thread, F&& f) {
+  switch (per_thread) {
     case 1: f(std::integral_constant<int, 1>{}); break;
-    case 2: f(std::integral_constant<int, 2>{}); break;
-    case 4: f(std::integral_constant<int, 4>{}); break;
+    case 2: if constexpr (MAX >= 2) f(std::integral_constant<int, 2>{}); break;
+    case 4: if constexpr (MAX >= 4) f(std::integral_constant<int, 4>{}); break;
+    case 8: if constexpr (MAX >= 8) f(std::integral_constant<int, 8>{}); break;
     default: f(std::integral_constant<int, 0>{});
   }
 }
 
-// This thread's packs of one row: threadIdx.x, threadIdx.x + blockDim.x, ... With CACHE > 0 they
-// are loaded into registers once, every load issued before the first use; with CACHE == 0 each
-// pass over them reads memory again.
-template <typename P, int CACHE>
+// 16-byte packs through the read-only path as one 128-bit access; smaller ones as they are.
+template <typename P>
+__device__ __forceinline__ P load_pack(const P* p) {
+  if constexpr (sizeof(P) == 16) {
+    union {
+      uint4 u;
+      P p;
+    } r;
+    r.u = __ldg(reinterpret_cast<const uint4*>(p));
+    return r.p;
+  } else {
+    return *p;
+  }
+}
+
+// Output is written once and not read again here: streaming stores (evict first) keep L2 for the inputs.
+template <typename P>
+__device__ __forceinline__ void store_pack(P* p, const P& v) {
+  if constexpr (sizeof(P) == 16) {
+    __stcs(reinterpret_cast<uint4*>(p), *reinterpret_cast<const uint4*>(&v));
+  } else {
+    *p = v;
+  }
+}
+
+// Where this thread sits: row `row` of the tensor (maybe past its end), lane `lane` of the row's group.
+struct RowThread {
+  int64_t row;
+  int lane;
+  int group;
+};
+
+__device__ __forceinline__ RowThread row_thread(int shift) {
+  const int rows_per_block = blockDim.x >> shift;
+  return {int64_t(blockIdx.x) * rows_per_block + (threadIdx.x >> shift), int(threadIdx.x & ((1 << shift) - 1)),
+          1 << shift};
+}
+
+// This thread's packs of one row: lane, lane + group, ... With PER > 0 they are loaded into registers
+// once, every load issued before the first use; with PER == 0 each pass reads memory again. A row past
+// the tensor's end has no packs (its threads still take part in the reductions).
+template <typename P, int PER>
 struct RowPacks {
   const P* in;
   int packs;
-  P cache[CACHE > 0 ? CACHE : 1];
+  int lane, group;
+  P v[PER > 0 ? PER : 1];
 
-  __device__ __forceinline__ RowPacks(const P* row, int count) : in(row), packs(count) {
-    if constexpr (CACHE > 0) {
+  __device__ __forceinline__ RowPacks(const P* row, int count, const RowThread& t, bool valid)
+      : in(row), packs(valid ? count : 0), lane(t.lane), group(t.group) {
+    if constexpr (PER > 0) {
 #pragma unroll
-      for (int i = 0; i < CACHE; ++i) {
-        const int k = threadIdx.x + i * blockDim.x;
-        if (k < packs) cache[i] = in[k];
+      for (int i = 0; i < PER; ++i) {
+        const int k = lane + i * group;
+        if (k < packs) v[i] = load_pack(in + k);
       }
     }
   }
 
-  // Calls f(pack, k) for each of this thread's packs, k being the pack's index in the row.
+  // Pack k (this thread's i-th): from registers, or read again when streamed.
+  __device__ __forceinline__ P at(int k, int i) const {
+    if constexpr (PER > 0) {
+      return v[i];
+    } else {
+      return load_pack(in + k);
+    }
+  }
+
+  // Calls f(pack, k, i) for each of this thread's packs, k being the pack's index in the row and i the
+  // thread's (0 when streamed).
   template <typename F>
   __device__ __forceinline__ void for_each(F&& f) const {
-    if constexpr (CACHE > 0) {
+    if constexpr (PER > 0) {
 #pragma unroll
-      for (int i = 0; i < CACHE; ++i) {
-        const int k = threadIdx.x + i * blockDim.x;
-        if (k < packs) f(cache[i], k);
+      for (int i = 0; i < PER; ++i) {
+        const int k = lane + i * group;
+        if (k < packs) f(v[i], k, i);
       }
     } else {
-      for (int k = threadIdx.x; k < packs; k += blockDim.x) f(in[k], k);
+      for (int k = lane; k < packs; k += group) f(load_pack(in + k), k, 0);
     }
   }
 };
+
+// A second row read alongside RowPacks (grad_out in a backward) where registers are short: its packs are
+// asked into L1 up front (prefetch, no registers) and loaded where used, hitting L1.
+template <typename P, int PER>
+struct RowPrefetched {
+  const P* in;
+
+  __device__ __forceinline__ RowPrefetched(const P* row, int packs, const RowThread& t) : in(row) {
+    if constexpr (PER > 0) {
+#pragma unroll
+      for (int i = 0; i < PER; ++i) {
+        const int k = t.lane + i * t.group;
+        if (k < packs) asm volatile("prefetch.global.L1 [%0];" ::"l"(in + k));
+      }
+    }
+  }
+
+  __device__ __forceinline__ P at(int k, int) const { return load_pack(in + k); }
+};
+
+// A row-long vector every row uses (a weight, a bias): with few packs per thread (short rows, or few rows
+// spread over many threads) loaded into registers up front, its latency (from DRAM, the first time) then
+// hidden behind the row's reductions; else loaded where used (from L1 or L2: other rows brought it there).
+template <typename P, int PER>
+struct RowVector {
+  static constexpr bool kHeld = PER > 0 && PER <= 2;
+  const P* in;
+  P v[kHeld ? PER : 1];
+
+  template <typename Row>
+  __device__ __forceinline__ RowVector(const P* vec, const Row& row) : in(vec) {
+    if constexpr (kHeld) {
+#pragma unroll
+      for (int i = 0; i < PER; ++i) {
+        const int k = row.lane + i * row.group;
+        if (k < row.packs) v[i] = load_pack(in + k);
+      }
+    }
+  }
+
+  __device__ __forceinline__ P operator()(int k, int i) const {
+    if constexpr (kHeld) {
+      return v[i];
+    } else {
+      return load_pack(in + k);
+    }
+  }
+};
+
+struct Sum {
+  static constexpr float identity = 0.f;
+  __device__ static float apply(float a, float b) { return a + b; }
+};
+struct Max {
+  static constexpr float identity = -INFINITY;
+  __device__ static float apply(float a, float b) { return fmaxf(a, b); }
+};
+
+// Every thread of a row's group gets the group's reduction of v. All threads of the block must call
+// it (it may synchronise the block); groups are powers of two, whole warps when they span several.
+template <typename Op>
+__device__ __forceinline__ float group_reduce(float v, int group) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    if (offset < group) v = Op::apply(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  }
+  if (group <= 32) return v;
+  __shared__ float partial[kRowMaxThreads / 32];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = group / 32;
+  __syncthreads();  // a previous call's readers are done with `partial`
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  // The warps of this row are warp - warp % warps, ...; each lane takes one partial (repeated past
+  // `warps`, so the butterfly below gives every lane the same total).
+  float r = partial[warp - warp % warps + lane % warps];
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    if (offset < warps) r = Op::apply(r, __shfl_xor_sync(0xffffffffu, r, offset));
+  }
+  return r;
+}
+
+// Both sums of (a, b) over a row's group, as group_reduce<Sum> does for one.
+__device__ __forceinline__ float2 group_sum2(float2 v, int group) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    if (offset < group) {
+      v.x += __shfl_xor_sync(0xffffffffu, v.x, offset);
+      v.y += __shfl_xor_sync(0xffffffffu, v.y, offset);
+    }
+  }
+  if (group <= 32) return v;
+  __shared__ float2 partial2[kRowMaxThreads / 32];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = group / 32;
+  __syncthreads();
+  if (lane == 0) partial2[warp] = v;
+  __syncthreads();
+  float2 r = partial2[warp - warp % warps + lane % warps];
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    if (offset < warps) {
+      r.x += __shfl_xor_sync(0xffffffffu, r.x, offset);
+      r.y += __shfl_xor_sync(0xffffffffu, r.y, offset);
+    }
+  }
+  return r;
+}
+
+// The plan of a norm's backward: at most 16 elements of each of x and grad_out per thread (32 for rows
+// too long for that), a block of 1024 threads only for 8 or fewer.
+inline RowPlan plan_backward_rows(int64_t rows, int64_t cols, int pack16, bool aligned, int sms) {
+  RowPlan p = plan_rows(rows, cols, pack16, aligned, sms, 16);
+  if (p.per_thread == 0) p = plan_rows(rows, cols, pack16, aligned, sms, 32);
+  if (p.per_thread > 0 && p.pack * p.per_thread > 8 && p.threads() > kRowMaxThreads / 2) p.per_thread = 0;
+  return p;
+}
+
+template <int N, int PER>
+constexpr int backward_block_limit() {
+  return N * PER > 8 ? kRowMaxThreads / 2 : kRowMaxThreads;
+}
+
+// Blocks of that size a norm's backward keeps resident per SM, at least: with 16 elements per thread, 2
+// blocks of 512 (64 registers a thread). Without it ptxas took 128 registers for fp16 and an SM held one
+// block: a row's loads, four reductions and stores in turn, too few bytes in flight (the H100's fp16
+// backward ran at 40% of the copy bandwidth, no faster than fp32).
+template <int N, int PER>
+constexpr int backward_min_blocks() {
+  return N * PER > 8 && N * PER <= 16 ? 2 : 1;
+}
+
+// Blocks of a norm's backward grid, at most: as many as can be resident at once (by threads), or one per
+// block of rows when fewer. The partial sums take this many rows of cols floats per gradient.
+inline int64_t backward_grid_bound(const RowPlan& p, int sms) {
+  return std::min<int64_t>(p.blocks, int64_t(sms) * std::max(1, 2048 / p.threads()));
+}
+
+// The grid actually launched: what the occupancy calculator says fits, within the bound.
+template <typename K>
+inline int backward_grid(K kernel, const RowPlan& p, size_t smem, int sms) {
+  int per_sm = 0;
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, p.threads(), smem);
+  return static_cast<int>(std::min<int64_t>(backward_grid_bound(p, sms), int64_t(sms) * std::max(1, per_sm)));
+}
+
+// Backward passes of norms: the weight's (and bias's) gradient sums over rows. Each block keeps its
+// threads' sums in registers over the rows it handles, adds the row groups of the block together in shared
+// memory, and writes one row of float32 partial sums; column_sums then adds the blocks' rows. A grid of as
+// many blocks as fit on the GPU at once keeps the partial rows few.
+template <int N, int PER>
+struct ColumnSums {
+  float v[PER > 0 ? PER : 1][N];
+
+  __device__ __forceinline__ ColumnSums() {
+#pragma unroll
+    for (int i = 0; i < (PER > 0 ? PER : 1); ++i) {
+#pragma unroll
+      for (int j = 0; j < N; ++j) v[i][j] = 0.f;
+    }
+  }
+
+  // Adds x to column k * N + j (this thread's pack i); streamed rows add straight into the block's partial
+  // row in global memory (zeroed before the launch, and only this thread touches these columns).
+  __device__ __forceinline__ void add(int k, int i, const float (&x)[N], float* partial) {
+    if constexpr (PER > 0) {
+#pragma unroll
+      for (int j = 0; j < N; ++j) v[i][j] += x[j];
+    } else {
+#pragma unroll
+      for (int j = 0; j < N; ++j) partial[k * N + j] += x[j];
+    }
+  }
+
+  // The block's sums into `partial` (its row of cols floats). `shared`: cols floats of dynamic shared
+  // memory when the block holds several rows. All threads of the block call it.
+  __device__ __forceinline__ void write(float* partial, float* shared, int packs, int lane, int group, int cols) {
+    if constexpr (PER > 0) {
+      if (blockDim.x == unsigned(group)) {
+#pragma unroll
+        for (int i = 0; i < PER; ++i) {
+          const int k = lane + i * group;
+          if (k < packs) {
+#pragma unroll
+            for (int j = 0; j < N; ++j) partial[k * N + j] = v[i][j];
+          }
+        }
+        return;
+      }
+      __syncthreads();  // earlier users of `shared` are done
+      for (int c = threadIdx.x; c < cols; c += blockDim.x) shared[c] = 0.f;
+      __syncthreads();
+#pragma unroll
+      for (int i = 0; i < PER; ++i) {
+        const int k = lane + i * group;
+        if (k < packs) {
+#pragma unroll
+          for (int j = 0; j < N; ++j) atomicAdd(shared + k * N + j, v[i][j]);
+        }
+      }
+      __syncthreads();
+      for (int c = threadIdx.x; c < cols; c += blockDim.x) partial[c] = shared[c];
+    }
+  }
+};
+
+// out[which][c] = sum over p < parts of partial[which][p][c], in T. Block: 32 columns x 32 slices of parts.
+template <typename T>
+__global__ void __launch_bounds__(1024) column_sums(const float* __restrict__ partial, int parts, int cols,
+                                                    T* __restrict__ out0, T* __restrict__ out1) {
+  __shared__ float tile[32][33];
+  const int lane = threadIdx.x % 32, slice = threadIdx.x / 32;
+  const int c = blockIdx.x * 32 + lane;
+  const float* in = partial + int64_t(blockIdx.y) * parts * cols;
+  float s = 0.f;
+  if (c < cols) {
+    for (int p = slice; p < parts; p += 32) s += in[int64_t(p) * cols + c];
+  }
+  tile[slice][lane] = s;
+  __syncthreads();
+  if (slice == 0 && c < cols) {
+    float total = 0.f;
+#pragma unroll
+    for (int j = 0; j < 32; ++j) total += tile[j][lane];
+    (blockIdx.y == 0 ? out0 : out1)[c] = from_float<T>(total);
+  }
+}
 
 }  // namespace kl

@@ -1,39 +1,31 @@
-// LayerNorm with weight and bias: one block per row, 16-byte loads, the row kept in registers when
-// it fits. Mean and variance come from one reduction of (count, mean, M2) triples merged with
-// Chan's formula, which stays accurate where sum and sum-of-squares would cancel.
+// LayerNorm with weight and bias. A group of threads per row (kernels/_common/rowwise.cuh): a warp or
+// less for short rows, several rows per block; up to a block of 1024 for long ones. The row is read
+// once into registers as 16-byte packs; the mean is reduced first, then the sum of squared deviations
+// from it, both over the values in registers (exact two-pass, so no cancellation, and no second read).
+// Rows too long for registers are streamed: three reads (mean, deviations, output), mostly from L2.
 #include "kernellab.cuh"
 #include "layernorm.h"
 #include "rowwise.cuh"
 
 namespace {
 
-struct Moments {
-  float n = 0.f, mean = 0.f, m2 = 0.f;  // count, mean, sum of squared deviations
-
-  __device__ static Moments combine(Moments a, Moments b) {
-    const float n = a.n + b.n;
-    if (n == 0.f) return {};
-    const float delta = b.mean - a.mean, wb = b.n / n;
-    return {n, a.mean + delta * wb, a.m2 + b.m2 + delta * delta * a.n * wb};
-  }
-  __device__ Moments shfl_xor(int mask) const {
-    return {kl::shfl_xor(n, mask), kl::shfl_xor(mean, mask), kl::shfl_xor(m2, mask)};
-  }
-};
+template <typename T, int N>
+__device__ __forceinline__ float pack_sum(const kl::Pack<T, N>& p) {
+  float s = 0.f;
+#pragma unroll
+  for (int j = 0; j < N; ++j) s += kl::to_float(p.v[j]);
+  return s;
+}
 
 template <typename T, int N>
-__device__ __forceinline__ Moments pack_moments(const kl::Pack<T, N>& p) {
-  float sum = 0.f;
-#pragma unroll
-  for (int j = 0; j < N; ++j) sum += kl::to_float(p.v[j]);
-  const float mean = sum / N;
-  float m2 = 0.f;
+__device__ __forceinline__ float pack_squares(const kl::Pack<T, N>& p, float mean) {
+  float s = 0.f;
 #pragma unroll
   for (int j = 0; j < N; ++j) {
     const float d = kl::to_float(p.v[j]) - mean;
-    m2 += d * d;
+    s = fmaf(d, d, s);
   }
-  return {float(N), mean, m2};
+  return s;
 }
 
 template <typename T, int N>
@@ -42,25 +34,30 @@ __device__ __forceinline__ kl::Pack<T, N> normalized(const kl::Pack<T, N>& p, co
   kl::Pack<T, N> o;
 #pragma unroll
   for (int j = 0; j < N; ++j) {
-    o.v[j] = kl::from_float<T>((kl::to_float(p.v[j]) - mean) * rstd * kl::to_float(w.v[j]) + kl::to_float(b.v[j]));
+    o.v[j] = kl::from_float<T>(fmaf((kl::to_float(p.v[j]) - mean) * rstd, kl::to_float(w.v[j]), kl::to_float(b.v[j])));
   }
   return o;
 }
 
-template <typename T, int N, int CACHE>
-__global__ void __launch_bounds__(kl::kRowMaxThreads)
+template <typename T, int N, int PER>
+__global__ void __launch_bounds__(kl::row_block_limit<N, PER>())
     layernorm_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
-                     int64_t cols, float eps) {
+                     int64_t rows, int64_t cols, float eps, int shift) {
   using P = kl::Pack<T, N>;
-  const kl::RowPacks<P, CACHE> row(reinterpret_cast<const P*>(x + blockIdx.x * cols), static_cast<int>(cols / N));
-  Moments state;
-  row.for_each([&](const P& p, int) { state = Moments::combine(state, pack_moments(p)); });
-  const Moments total = kl::block_reduce(state);
-  const float rstd = rsqrtf(total.m2 / total.n + eps);
-  const P* pw = reinterpret_cast<const P*>(w);
-  const P* pb = reinterpret_cast<const P*>(b);
-  P* out = reinterpret_cast<P*>(y + blockIdx.x * cols);
-  row.for_each([&](const P& p, int k) { out[k] = normalized(p, pw[k], pb[k], total.mean, rstd); });
+  const kl::RowThread t = kl::row_thread(shift);
+  const bool valid = t.row < rows;
+  const int64_t offset = valid ? t.row * cols : 0;
+  const kl::RowPacks<P, PER> row(reinterpret_cast<const P*>(x + offset), static_cast<int>(cols / N), t, valid);
+  const kl::RowVector<P, PER> weight(reinterpret_cast<const P*>(w), row), bias(reinterpret_cast<const P*>(b), row);
+  const float inv_cols = 1.f / static_cast<float>(cols);
+  float sum = 0.f;
+  row.for_each([&](const P& p, int, int) { sum += pack_sum(p); });
+  const float mean = kl::group_reduce<kl::Sum>(sum, t.group) * inv_cols;
+  float squares = 0.f;
+  row.for_each([&](const P& p, int, int) { squares += pack_squares(p, mean); });
+  const float rstd = rsqrtf(kl::group_reduce<kl::Sum>(squares, t.group) * inv_cols + eps);
+  P* out = reinterpret_cast<P*>(y + offset);
+  row.for_each([&](const P& p, int k, int i) { kl::store_pack(out + k, normalized(p, weight(k, i), bias(k, i), mean, rstd)); });
 }
 
 template <typename T>
@@ -68,14 +65,18 @@ cudaError_t launch(const T* x, const T* w, const T* b, T* y, int64_t rows, int64
                    cudaStream_t stream) {
   if (rows == 0 || cols == 0) return cudaSuccess;
   const bool aligned = kl::aligned16(x) && kl::aligned16(w) && kl::aligned16(b) && kl::aligned16(y);
-  const kl::RowPlan plan = kl::plan_rows(cols, kl::kPack16<T>, aligned);
-  const dim3 grid(static_cast<unsigned>(rows));
+  const kl::RowPlan plan = kl::plan_rows(rows, cols, kl::kPack16<T>, aligned, kl::sm_count());
+  const dim3 grid(static_cast<unsigned>(plan.blocks));
   if (plan.pack == 1) {
-    layernorm_kernel<T, 1, 0><<<grid, plan.threads, 0, stream>>>(x, w, b, y, cols, eps);
+    // Unaligned rows or a width that is not a multiple of the pack: element by element.
+    kl::dispatch_per_thread(plan.per_thread, [&](auto per) {
+      layernorm_kernel<T, 1, decltype(per)::value>
+          <<<grid, plan.threads(), 0, stream>>>(x, w, b, y, rows, cols, eps, plan.shift);
+    });
   } else {
-    kl::dispatch_cache(plan.cache, [&](auto cache) {
-      layernorm_kernel<T, kl::kPack16<T>, decltype(cache)::value>
-          <<<grid, plan.threads, 0, stream>>>(x, w, b, y, cols, eps);
+    kl::dispatch_per_thread(plan.per_thread, [&](auto per) {
+      layernorm_kernel<T, kl::kPack16<T>, decltype(per)::value>
+          <<<grid, plan.threads(), 0, stream>>>(x, w, b, y, rows, cols, eps, plan.shift);
     });
   }
   return cudaGetLastError();

@@ -1,72 +1,91 @@
-// Row softmax: one block per row, 16-byte loads, and a single pass that keeps a running
-// (max, sum of exponentials) pair, merged across the block with warp shuffles. Exponentials are
-// base 2 on x * log2(e): one multiply and one ex2 instruction each.
+// Row softmax. A group of threads per row (kernels/_common/rowwise.cuh): a warp or less for short rows,
+// several rows per block; up to a block of 1024 for long ones. The row is read once into registers as
+// 16-byte packs; its max is reduced, then the sum of exponentials, then each output is written once.
+// Exponentials are base 2 on x * log2(e) - max: one FMA and one ex2 instruction each. Rows too long
+// for registers are streamed: one pass keeps a running (max, sum) per thread, a second writes.
 #include "kernellab.cuh"
 #include "rowwise.cuh"
 #include "softmax.h"
 
 namespace {
 
-struct MaxSum {
-  float max = -INFINITY;  // of x * log2(e)
-  float sum = 0.f;        // of exp2(x * log2(e) - max)
-
-  __device__ static MaxSum combine(MaxSum a, MaxSum b) {
-    const float m = fmaxf(a.max, b.max);
-    if (m == -INFINITY) return {m, 0.f};  // both empty: exp2(-inf - -inf) would be NaN
-    return {m, a.sum * kl::fast_exp2(a.max - m) + b.sum * kl::fast_exp2(b.max - m)};
-  }
-  __device__ MaxSum shfl_xor(int mask) const { return {kl::shfl_xor(max, mask), kl::shfl_xor(sum, mask)}; }
-};
-
 template <typename T, int N>
-__device__ __forceinline__ MaxSum pack_state(const kl::Pack<T, N>& p) {
-  float t[N], m = -INFINITY;
+__device__ __forceinline__ float pack_max(const kl::Pack<T, N>& p) {
+  float m = -INFINITY;
 #pragma unroll
-  for (int j = 0; j < N; ++j) {
-    t[j] = kl::to_float(p.v[j]) * kl::kLog2e;
-    m = fmaxf(m, t[j]);
-  }
-  if (m == -INFINITY) return {};
+  for (int j = 0; j < N; ++j) m = fmaxf(m, kl::to_float(p.v[j]));
+  return m;
+}
+
+// Sum of exp2(x * log2(e) - scaled_max) over the pack.
+template <typename T, int N>
+__device__ __forceinline__ float pack_exp_sum(const kl::Pack<T, N>& p, float scaled_max) {
   float s = 0.f;
 #pragma unroll
-  for (int j = 0; j < N; ++j) s += kl::fast_exp2(t[j] - m);
-  return {m, s};
+  for (int j = 0; j < N; ++j) s += kl::fast_exp2(fmaf(kl::to_float(p.v[j]), kl::kLog2e, -scaled_max));
+  return s;
 }
 
 template <typename T, int N>
-__device__ __forceinline__ kl::Pack<T, N> normalized(const kl::Pack<T, N>& p, MaxSum row, float inv_sum) {
+__device__ __forceinline__ kl::Pack<T, N> normalized(const kl::Pack<T, N>& p, float scaled_max, float inv_sum) {
   kl::Pack<T, N> o;
 #pragma unroll
   for (int j = 0; j < N; ++j) {
-    o.v[j] = kl::from_float<T>(kl::fast_exp2(kl::to_float(p.v[j]) * kl::kLog2e - row.max) * inv_sum);
+    o.v[j] = kl::from_float<T>(kl::fast_exp2(fmaf(kl::to_float(p.v[j]), kl::kLog2e, -scaled_max)) * inv_sum);
   }
   return o;
 }
 
-template <typename T, int N, int CACHE>
-__global__ void __launch_bounds__(kl::kRowMaxThreads) softmax_kernel(const T* __restrict__ x, T* __restrict__ y,
-                                                                    int64_t cols) {
+// A row's max as exp2's argument wants it; an all -inf row keeps 0 so that exp2(-inf - 0) is 0, not NaN.
+__device__ __forceinline__ float scaled(float max) { return max == -INFINITY ? 0.f : max * kl::kLog2e; }
+
+template <typename T, int N, int PER>
+__global__ void __launch_bounds__(kl::row_block_limit<N, PER>())
+    softmax_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t cols, int shift) {
   using P = kl::Pack<T, N>;
-  const kl::RowPacks<P, CACHE> row(reinterpret_cast<const P*>(x + blockIdx.x * cols), static_cast<int>(cols / N));
-  MaxSum state;
-  row.for_each([&](const P& p, int) { state = MaxSum::combine(state, pack_state(p)); });
-  const MaxSum total = kl::block_reduce(state);
-  const float inv_sum = 1.f / total.sum;
-  P* out = reinterpret_cast<P*>(y + blockIdx.x * cols);
-  row.for_each([&](const P& p, int k) { out[k] = normalized(p, total, inv_sum); });
+  const kl::RowThread t = kl::row_thread(shift);
+  const bool valid = t.row < rows;
+  const int64_t offset = valid ? t.row * cols : 0;
+  const kl::RowPacks<P, PER> row(reinterpret_cast<const P*>(x + offset), static_cast<int>(cols / N), t, valid);
+  float m, sum = 0.f;
+  if constexpr (PER > 0) {
+    float local = -INFINITY;
+    row.for_each([&](const P& p, int, int) { local = fmaxf(local, pack_max(p)); });
+    m = scaled(kl::group_reduce<kl::Max>(local, t.group));
+    row.for_each([&](const P& p, int, int) { sum += pack_exp_sum(p, m); });
+  } else {
+    // One read: a running max, the sum rescaled whenever it grows.
+    float local = -INFINITY;
+    row.for_each([&](const P& p, int, int) {
+      const float pm = pack_max(p);
+      if (pm > local) {
+        sum = local == -INFINITY ? 0.f : sum * kl::fast_exp2((local - pm) * kl::kLog2e);
+        local = pm;
+      }
+      sum += pack_exp_sum(p, scaled(local));
+    });
+    m = scaled(kl::group_reduce<kl::Max>(local, t.group));
+    sum = local == -INFINITY ? 0.f : sum * kl::fast_exp2(fmaf(local, kl::kLog2e, -m));
+  }
+  const float inv_sum = 1.f / kl::group_reduce<kl::Sum>(sum, t.group);
+  P* out = reinterpret_cast<P*>(y + offset);
+  row.for_each([&](const P& p, int k, int) { kl::store_pack(out + k, normalized(p, m, inv_sum)); });
 }
 
 template <typename T>
 cudaError_t launch(const T* x, T* y, int64_t rows, int64_t cols, cudaStream_t stream) {
   if (rows == 0 || cols == 0) return cudaSuccess;
-  const kl::RowPlan plan = kl::plan_rows(cols, kl::kPack16<T>, kl::aligned16(x) && kl::aligned16(y));
-  const dim3 grid(static_cast<unsigned>(rows));
+  const bool aligned = kl::aligned16(x) && kl::aligned16(y);
+  const kl::RowPlan plan = kl::plan_rows(rows, cols, kl::kPack16<T>, aligned, kl::sm_count());
+  const dim3 grid(static_cast<unsigned>(plan.blocks));
   if (plan.pack == 1) {
-    softmax_kernel<T, 1, 0><<<grid, plan.threads, 0, stream>>>(x, y, cols);
+    kl::dispatch_per_thread(plan.per_thread, [&](auto per) {
+      softmax_kernel<T, 1, decltype(per)::value><<<grid, plan.threads(), 0, stream>>>(x, y, rows, cols, plan.shift);
+    });
   } else {
-    kl::dispatch_cache(plan.cache, [&](auto cache) {
-      softmax_kernel<T, kl::kPack16<T>, decltype(cache)::value><<<grid, plan.threads, 0, stream>>>(x, y, cols);
+    kl::dispatch_per_thread(plan.per_thread, [&](auto per) {
+      softmax_kernel<T, kl::kPack16<T>, decltype(per)::value>
+          <<<grid, plan.threads(), 0, stream>>>(x, y, rows, cols, plan.shift);
     });
   }
   return cudaGetLastError();

@@ -1,0 +1,154 @@
+// LayerNorm's backward. With xhat = (x - mean) * rstd (mean and rstd recomputed from x, exactly as the
+// forward does) and gw = grad_out * w:
+//   grad_x = rstd * (gw - mean(gw) - xhat * mean(gw * xhat)),  grad_w = sum over rows of grad_out * xhat,
+//   grad_b = sum over rows of grad_out.
+// A group of threads per row as in the forward, x and grad_out held in registers (read once); a grid of
+// as many blocks as fit at once, each looping over rows and keeping its columns' grad_w and grad_b sums in
+// registers, then one row of float32 partials per block, added up by kl::column_sums.
+#include "kernellab.cuh"
+#include "layernorm.h"
+#include "rowwise.cuh"
+
+namespace {
+
+template <typename G, typename P>
+__device__ __forceinline__ G make_grad_row(const P* row, int packs, const kl::RowThread& t, bool valid) {
+  if constexpr (std::is_constructible_v<G, const P*, int, const kl::RowThread&, bool>) {
+    return G(row, packs, t, valid);
+  } else {
+    return G(row, packs, t);
+  }
+}
+
+template <typename T, int N, int PER>
+__global__ void __launch_bounds__(kl::backward_block_limit<N, PER>(), kl::backward_min_blocks<N, PER>())
+    layernorm_backward_kernel(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
+                              T* __restrict__ dx, float* __restrict__ partial, int64_t rows, int64_t cols, float eps,
+                              int shift) {
+  extern __shared__ float shared[];
+  using P = kl::Pack<T, N>;
+  const int rows_per_block = blockDim.x >> shift, group = 1 << shift;
+  const int lane = threadIdx.x & (group - 1), local = threadIdx.x >> shift;
+  const int packs = static_cast<int>(cols / N);
+  const float inv_cols = 1.f / static_cast<float>(cols);
+  float* part_w = partial + int64_t(blockIdx.x) * cols;
+  float* part_b = partial + (int64_t(gridDim.x) + blockIdx.x) * cols;
+  const P* pw = reinterpret_cast<const P*>(w);
+  kl::ColumnSums<N, PER> sum_w, sum_b;
+  // Every thread of the block takes the same number of turns (the reductions synchronise the block).
+  for (int64_t base = int64_t(blockIdx.x) * rows_per_block; base < rows; base += int64_t(gridDim.x) * rows_per_block) {
+    const int64_t row = base + local;
+    const bool valid = row < rows;
+    const int64_t offset = valid ? row * cols : 0;
+    const kl::RowThread t{row, lane, group};
+    const kl::RowPacks<P, PER> xr(reinterpret_cast<const P*>(x + offset), packs, t, valid);
+    // grad_out held in registers too up to 8 elements a thread; beyond, prefetched into L1 and loaded where
+    // used, which leaves registers for the running sums (64 a thread, two blocks of 512 per SM).
+    using G = std::conditional_t<(N * PER > 8), kl::RowPrefetched<P, PER>, kl::RowPacks<P, PER>>;
+    const G gr = make_grad_row<G>(reinterpret_cast<const P*>(dy + offset), valid ? packs : 0, t, valid);
+    float s = 0.f;
+    xr.for_each([&](const P& p, int, int) {
+#pragma unroll
+      for (int j = 0; j < N; ++j) s += kl::to_float(p.v[j]);
+    });
+    const float mean = kl::group_reduce<kl::Sum>(s, group) * inv_cols;
+    float sq = 0.f;
+    xr.for_each([&](const P& p, int, int) {
+#pragma unroll
+      for (int j = 0; j < N; ++j) {
+        const float d = kl::to_float(p.v[j]) - mean;
+        sq = fmaf(d, d, sq);
+      }
+    });
+    const float rstd = rsqrtf(kl::group_reduce<kl::Sum>(sq, group) * inv_cols + eps);
+    float2 ab = {0.f, 0.f};  // sums of gw and gw * xhat
+    xr.for_each([&](const P& p, int k, int i) {
+      const P g = gr.at(k, i), wk = kl::load_pack(pw + k);
+#pragma unroll
+      for (int j = 0; j < N; ++j) {
+        const float gw = kl::to_float(g.v[j]) * kl::to_float(wk.v[j]);
+        ab.x += gw;
+        ab.y = fmaf(gw, (kl::to_float(p.v[j]) - mean) * rstd, ab.y);
+      }
+    });
+    ab = kl::group_sum2(ab, group);
+    const float a = ab.x * inv_cols, b = ab.y * inv_cols;
+    P* out = reinterpret_cast<P*>(dx + offset);
+    xr.for_each([&](const P& p, int k, int i) {
+      const P g = gr.at(k, i), wk = kl::load_pack(pw + k);
+      float gx[N], gf[N];
+      P o;
+#pragma unroll
+      for (int j = 0; j < N; ++j) {
+        const float xhat = (kl::to_float(p.v[j]) - mean) * rstd;
+        gf[j] = kl::to_float(g.v[j]);
+        gx[j] = gf[j] * xhat;
+        o.v[j] = kl::from_float<T>(rstd * (gf[j] * kl::to_float(wk.v[j]) - fmaf(xhat, b, a)));
+      }
+      kl::store_pack(out + k, o);
+      sum_w.add(k, i, gx, part_w);
+      sum_b.add(k, i, gf, part_b);
+    });
+  }
+  sum_w.write(part_w, shared, packs, lane, group, static_cast<int>(cols));
+  sum_b.write(part_b, shared, packs, lane, group, static_cast<int>(cols));
+}
+
+template <typename T>
+kl::RowPlan plan(const T* dy, const T* x, const T* w, const T* dx, const T* dw, const T* db, int64_t rows,
+                 int64_t cols) {
+  const bool aligned = kl::aligned16(dy) && kl::aligned16(x) && kl::aligned16(w) && kl::aligned16(dx) &&
+                       kl::aligned16(dw) && kl::aligned16(db);
+  return kl::plan_backward_rows(rows, cols, kl::kPack16<T>, aligned, kl::sm_count());
+}
+
+template <typename T>
+int64_t workspace(const T* dy, const T* x, const T* w, const T* dx, const T* dw, const T* db, int64_t rows,
+                  int64_t cols) {
+  if (rows == 0 || cols == 0) return 0;
+  return 2 * kl::backward_grid_bound(plan(dy, x, w, dx, dw, db, rows, cols), kl::sm_count()) * cols;
+}
+
+template <typename T>
+cudaError_t launch(const T* dy, const T* x, const T* w, T* dx, T* dw, T* db, float* ws, int64_t rows, int64_t cols,
+                   float eps, cudaStream_t stream) {
+  if (cols == 0) return cudaSuccess;
+  if (rows == 0) {  // no rows: zero gradients for the weight and bias
+    cudaMemsetAsync(dw, 0, cols * sizeof(T), stream);
+    cudaMemsetAsync(db, 0, cols * sizeof(T), stream);
+    return cudaGetLastError();
+  }
+  const kl::RowPlan p = plan(dy, x, w, dx, dw, db, rows, cols);
+  const int sms = kl::sm_count();
+  const size_t smem = p.rows_per_block > 1 ? cols * sizeof(float) : 0;
+  int grid = 0;
+  auto go = [&](auto kernel) {
+    grid = kl::backward_grid(kernel, p, smem, sms);
+    if (p.per_thread == 0) cudaMemsetAsync(ws, 0, 2 * grid * cols * sizeof(float), stream);
+    kernel<<<grid, p.threads(), smem, stream>>>(dy, x, w, dx, ws, rows, cols, eps, p.shift);
+  };
+  if (p.pack == 1) {
+    kl::dispatch_per_thread(p.per_thread, [&](auto per) { go(layernorm_backward_kernel<T, 1, decltype(per)::value>); });
+  } else {
+    kl::dispatch_per_thread<32 / kl::kPack16<T>>(p.per_thread,
+                            [&](auto per) { go(layernorm_backward_kernel<T, kl::kPack16<T>, decltype(per)::value>); });
+  }
+  const dim3 sums_grid(static_cast<unsigned>((cols + 31) / 32), 2);
+  kl::column_sums<T><<<sums_grid, 1024, 0, stream>>>(ws, grid, static_cast<int>(cols), dw, db);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+#define KL_LAYERNORM_BACKWARD(T)                                                                                  \
+  int64_t layernorm_backward_workspace(const T* dy, const T* x, const T* w, const T* dx, const T* dw, const T* db, \
+                                       int64_t rows, int64_t cols) {                                             \
+    return workspace(dy, x, w, dx, dw, db, rows, cols);                                                           \
+  }                                                                                                               \
+  cudaError_t launch_layernorm_backward(const T* dy, const T* x, const T* w, T* dx, T* dw, T* db, float* workspace, \
+                                        int64_t rows, int64_t cols, float eps, cudaStream_t stream) {            \
+    return launch(dy, x, w, dx, dw, db, workspace, rows, cols, eps, stream);                                      \
+  }
+KL_LAYERNORM_BACKWARD(float)
+KL_LAYERNORM_BACKWARD(__half)
+KL_LAYERNORM_BACKWARD(__nv_bfloat16)

@@ -1,0 +1,71 @@
+// Softmax's backward from its output y: grad_x = y * (grad_out - sum(grad_out * y)) per row. The forward's
+// layout (kernels/_common/rowwise.cuh): a group of threads per row, y and grad_out held in registers (read
+// once), one reduction, each gradient written once.
+#include "kernellab.cuh"
+#include "rowwise.cuh"
+#include "softmax.h"
+
+namespace {
+
+template <typename T, int N, int PER>
+__global__ void __launch_bounds__(kl::backward_block_limit<N, PER>())
+    softmax_backward_kernel(const T* __restrict__ dy, const T* __restrict__ y, T* __restrict__ dx, int64_t rows,
+                            int64_t cols, int shift) {
+  using P = kl::Pack<T, N>;
+  const kl::RowThread t = kl::row_thread(shift);
+  const bool valid = t.row < rows;
+  const int64_t offset = valid ? t.row * cols : 0;
+  const int packs = static_cast<int>(cols / N);
+  const kl::RowPacks<P, PER> yr(reinterpret_cast<const P*>(y + offset), packs, t, valid);
+  const kl::RowPacks<P, PER> gr(reinterpret_cast<const P*>(dy + offset), packs, t, valid);
+  float s = 0.f;
+  yr.for_each([&](const P& p, int k, int i) {
+    const P g = gr.at(k, i);
+#pragma unroll
+    for (int j = 0; j < N; ++j) s = fmaf(kl::to_float(g.v[j]), kl::to_float(p.v[j]), s);
+  });
+  const float total = kl::group_reduce<kl::Sum>(s, t.group);
+  P* out = reinterpret_cast<P*>(dx + offset);
+  yr.for_each([&](const P& p, int k, int i) {
+    const P g = gr.at(k, i);
+    P o;
+#pragma unroll
+    for (int j = 0; j < N; ++j) o.v[j] = kl::from_float<T>(kl::to_float(p.v[j]) * (kl::to_float(g.v[j]) - total));
+    kl::store_pack(out + k, o);
+  });
+}
+
+template <typename T>
+cudaError_t launch(const T* dy, const T* y, T* dx, int64_t rows, int64_t cols, cudaStream_t stream) {
+  if (rows == 0 || cols == 0) return cudaSuccess;
+  const bool aligned = kl::aligned16(dy) && kl::aligned16(y) && kl::aligned16(dx);
+  const kl::RowPlan p = kl::plan_backward_rows(rows, cols, kl::kPack16<T>, aligned, kl::sm_count());
+  const dim3 grid(static_cast<unsigned>(p.blocks));
+  if (p.pack == 1) {
+    kl::dispatch_per_thread(p.per_thread, [&](auto per) {
+      softmax_backward_kernel<T, 1, decltype(per)::value><<<grid, p.threads(), 0, stream>>>(dy, y, dx, rows, cols,
+                                                                                            p.shift);
+    });
+  } else {
+    kl::dispatch_per_thread<32 / kl::kPack16<T>>(p.per_thread, [&](auto per) {
+      softmax_backward_kernel<T, kl::kPack16<T>, decltype(per)::value>
+          <<<grid, p.threads(), 0, stream>>>(dy, y, dx, rows, cols, p.shift);
+    });
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t launch_softmax_backward(const float* dy, const float* y, float* dx, int64_t rows, int64_t cols,
+                                    cudaStream_t stream) {
+  return launch(dy, y, dx, rows, cols, stream);
+}
+cudaError_t launch_softmax_backward(const __half* dy, const __half* y, __half* dx, int64_t rows, int64_t cols,
+                                    cudaStream_t stream) {
+  return launch(dy, y, dx, rows, cols, stream);
+}
+cudaError_t launch_softmax_backward(const __nv_bfloat16* dy, const __nv_bfloat16* y, __nv_bfloat16* dx, int64_t rows,
+                                    int64_t cols, cudaStream_t stream) {
+  return launch(dy, y, dx, rows, cols, stream);
+}
