@@ -183,3 +183,18 @@ def test_profile_and_sanitize_pass_the_pass_of_an_op_with_a_backward() -> None:
     assert argv[argv.index("--pass") + 1] == "backward"
     argv = jobs.sanitize("rmsnorm_cpu", which="forward").argv
     assert argv[argv.index("--pass") + 1] == "forward"
+
+
+def test_a_servers_driver_is_read_from_what_its_shell_lists(monkeypatch) -> None:
+    """devices mode on another machine: its nodes and its ldconfig's driver libraries, not this machine's."""
+    from kernellab import proc, remote
+
+    listing = ("/dev/nvidia1\n/dev/nvidia0\n/dev/nvidiactl\n/dev/nvidia-uvm\n---\n"
+               "\tlibcuda.so.1 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libcuda.so.1\n"
+               "\tlibz.so.1 (libc6,x86-64) => /lib/x86_64-linux-gnu/libz.so.1\n---\n/usr/bin/nvidia-smi\n")
+    host = remote.SshHost(remote.Address.parse("ssh://me@gpu-box"))
+    monkeypatch.setattr(host, "run", lambda command, **kw: proc.Result(["ssh"], 0, listing, ""))
+    nodes, files = host.driver()
+    assert nodes == ["/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm"]
+    assert files == {"/usr/lib/x86_64-linux-gnu/libcuda.so.1": "/usr/local/nvidia/lib64/libcuda.so.1",
+                     "/usr/bin/nvidia-smi": "/usr/local/nvidia/bin/nvidia-smi"}

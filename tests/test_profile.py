@@ -84,8 +84,8 @@ def test_shapes_and_implementations_are_chosen_from_the_op() -> None:
     assert profile.choose_shape(spec, None) == spec.bench_shapes[0]
     assert profile.choose_shape(spec, "1") == spec.bench_shapes[1]
     assert profile.choose_shape(spec, "rows=8,cols=128") == {"rows": 8, "cols": 128}
-    with pytest.raises(ConfigError, match="has 2 bench shapes"):
-        profile.choose_shape(spec, "7")
+    with pytest.raises(ConfigError, match=f"has {len(spec.bench_shapes)} bench shapes"):
+        profile.choose_shape(spec, str(len(spec.bench_shapes)))
     with pytest.raises(ConfigError, match="the keys cols, rows"):
         profile.choose_shape(spec, "n=8")
     with pytest.raises(ConfigError, match="k=v,k=v with integers"):

@@ -7,7 +7,7 @@ import re
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from . import proc
 from .engine import Engine, EngineInfo
@@ -178,19 +178,25 @@ def driver_files() -> dict[str, str]:
     """
     if (DRIVER_DIR / "lib64").is_dir() and list((DRIVER_DIR / "lib64").glob("libcuda.so*")):
         return {str(DRIVER_DIR): str(DRIVER_DIR)}
-    files: dict[str, str] = {}
     ldconfig = shutil.which("ldconfig") or "/sbin/ldconfig"
     text = proc.run([ldconfig, "-p"], check=False, timeout=30).stdout if os.path.exists(ldconfig) else ""
-    for line in text.splitlines():
+    files = {os.path.realpath(path): inside for path, inside in driver_libraries(text).items() if os.path.exists(path)}
+    smi = nvidia_smi()
+    if smi and files:
+        files[os.path.realpath(smi)] = f"{DRIVER_DIR}/bin/nvidia-smi"
+    return files
+
+
+def driver_libraries(ldconfig_p: str) -> dict[str, str]:
+    """The driver's libraries in `ldconfig -p`'s listing (this machine's, or a server's): {path: container path}."""
+    files: dict[str, str] = {}
+    for line in ldconfig_p.splitlines():
         m = re.match(r"\s*(\S+) \(([^)]*)\) => (\S+)", line)
         if not m or "x86-64" not in m.group(2) and "64bit" not in m.group(2) and "AArch64" not in m.group(2):
             continue
         name, path = m.group(1), m.group(3)
-        if any(name.startswith(lib) for lib in DRIVER_LIBS) and os.path.exists(path):
-            files[os.path.realpath(path)] = f"{DRIVER_DIR}/lib64/{name}"
-    smi = nvidia_smi()
-    if smi and files:
-        files[os.path.realpath(smi)] = f"{DRIVER_DIR}/bin/nvidia-smi"
+        if any(name.startswith(lib) for lib in DRIVER_LIBS):
+            files[path] = f"{DRIVER_DIR}/lib64/{name}"
     return files
 
 
@@ -208,14 +214,17 @@ def available_modes(info: EngineInfo | None, engine_modes: tuple[str, ...] = MOD
     return [m for m in modes if m in engine_modes]
 
 
-def container_gpu_args(engine: Engine, mode: str, gpus: Sequence[str] | None = None
+def container_gpu_args(engine: Engine, mode: str, gpus: Sequence[str] | None = None,
+                       driver: Callable[[], tuple[list[str], dict[str, str]]] | None = None
                        ) -> tuple[list[str], dict[str, str]]:
-    """The engine's `run` flags and environment that attach the GPUs in mode: host indices gpus, or all for None."""
+    """The engine's `run` flags and environment that attach the GPUs in mode: host indices gpus, or all for None.
+    driver: the host's device nodes and driver files, for devices mode (default: this machine's)."""
     if mode not in MODES:
         raise ValueError(f"unknown GPU mode {mode!r}; use one of {', '.join(MODES)}")
     devices = mode == "devices"
-    nodes = select_nodes(device_nodes(), gpus) if devices else []
-    args, env = engine.gpu_args(mode, driver_files() if devices else {}, nodes, gpus)
+    all_nodes, files = (driver or (lambda: (device_nodes(), driver_files())))() if devices else ([], {})
+    nodes = select_nodes(all_nodes, gpus) if devices else []
+    args, env = engine.gpu_args(mode, files, nodes, gpus)
     if devices:
         # Appended to the image's own values by kernellab.container.runner.
         env = {**env, "LD_LIBRARY_PATH": f"{DRIVER_DIR}/lib64:{DRIVER_DIR}/lib", "PATH": f"{DRIVER_DIR}/bin"}

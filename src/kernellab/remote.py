@@ -10,7 +10,8 @@ comes from the server instead:
   run sends only what changed, and files deleted here are deleted there;
 - the image: found there by ID, else sent with kernellab's own export (a delta against the last image sent there
   when that one is still there), loaded and checked layer by layer as `invoke import-image` does;
-- GPUs: the server's nvidia-smi, and the best mode its engine offers (the NVIDIA runtime, or CDI);
+- GPUs: the server's nvidia-smi, and the best mode it offers (the NVIDIA runtime, CDI, or its device nodes and
+  driver files);
 - folders a job mounts (a recipe's scratch and inputs): sent there before, brought back after, as is results/.
 
 Ctrl-C removes the container on the server (runner.run does, through the same engine). ssh must log in without a
@@ -82,6 +83,7 @@ class SshHost:
     _user: tuple[int, int] | None = None
     _hostname: str | None = None
     _gpus: list[gpu.HostGpu] | None = None
+    _driver: tuple[list[str], dict[str, str]] | None = None
     _synced: bool = False
     _sent: dict[Path, str] = field(default_factory=dict)    # folders of this machine -> their copies there
 
@@ -153,6 +155,7 @@ class SshHost:
         return self._gpus
 
     def best_gpu_mode(self, engine: Engine) -> str | None:
+        """As doctor finds it here, asked there: the NVIDIA runtime, CDI specs, else its device nodes and driver."""
         if not self.gpus():
             return None
         info = self.engine.info()
@@ -161,7 +164,28 @@ class SshHost:
         dirs = " ".join(shlex.quote(d) for d in info.cdi_dirs)
         if dirs and self.run(f"ls {dirs} 2>/dev/null | grep -q nvidia", check=False).ok:
             return "cdi"
-        return None  # device nodes and driver files are found on this machine only: no GPU mode there
+        nodes, files = self.driver()
+        return "devices" if nodes and any("libcuda.so" in inside for inside in files.values()) else None
+
+    def driver(self) -> tuple[list[str], dict[str, str]]:
+        """The server's /dev/nvidia* nodes and driver files (its /usr/local/nvidia, else what its ldconfig lists)."""
+        if self._driver is None:
+            lib = str(gpu.DRIVER_DIR)
+            r = self.run(f"ls -d /dev/nvidia[0-9]* {' '.join(gpu.CONTROL_NODES)} 2>/dev/null; echo ---; "
+                         f"ls {lib}/lib64/libcuda.so* >/dev/null 2>&1 && echo HAS_DRIVER_DIR || "
+                         "{ ldconfig -p 2>/dev/null || /sbin/ldconfig -p; }; echo ---; command -v nvidia-smi",
+                         check=False)
+            listed, _, rest = r.stdout.partition("---\n")
+            libs, _, smi = rest.partition("---\n")
+            number = len("/dev/nvidia")
+            found = listed.split()
+            nodes = sorted((n for n in found if n[number:].isdigit()), key=lambda n: int(n[number:]))
+            nodes += [n for n in found if not n[number:].isdigit()]   # the control nodes, as gpu.device_nodes
+            files = {lib: lib} if libs.strip() == "HAS_DRIVER_DIR" else gpu.driver_libraries(libs)
+            if smi.strip() and files and lib not in files:
+                files[smi.strip()] = f"{lib}/bin/nvidia-smi"
+            self._driver = nodes, files
+        return self._driver
 
     def selected_gpus(self, gpu_index: str | int | None) -> list[str] | None:
         if gpu_index is None:

@@ -53,6 +53,7 @@ class Host(Protocol):
     def gpus(self) -> list[gpu.HostGpu]: ...
     def best_gpu_mode(self, engine: Engine) -> str | None: ...
     def selected_gpus(self, gpu_index: str | int | None) -> list[str] | None: ...
+    def driver(self) -> tuple[list[str], dict[str, str]]: ...  # device nodes, driver files (devices mode)
     def image(self, image: str | Image) -> str | Image: ...  # this machine's image as the host has it
     def folder(self, path: Path) -> str: ...               # this machine's folder as the host has it
     def mount(self, spec: str) -> str: ...                  # "here:inside[:ro]" as the host mounts it
@@ -89,6 +90,9 @@ class LocalHost:
         # Without --gpu-index the environment chooses, so a Slurm task (SLURM_JOB_GPUS) or a shell with
         # CUDA_VISIBLE_DEVICES hands its container only its own GPUs, not every GPU of the node.
         return selected_gpus(gpu_index)
+
+    def driver(self) -> tuple[list[str], dict[str, str]]:
+        return gpu.device_nodes(), gpu.driver_files()
 
     def image(self, image: str | Image) -> str | Image:
         return image
@@ -142,6 +146,7 @@ def run_argv(
     mounts: Sequence[str] = (),
     engine: Engine | None = None,
     hostname: str | None = None,
+    host: Host | None = None,
 ) -> list[str]:
     """The engine's `run` command line for one container (pure apart from inspecting the image).
 
@@ -160,7 +165,7 @@ def run_argv(
     names = [k for k in sorted(os.environ)
              if k.startswith("KERNELLAB_") and k not in ("KERNELLAB_CACHE", "KERNELLAB_IMAGE_ID", "KERNELLAB_ENGINE")]
     img = eng.image(image)
-    full_env, extra = container_env(img, gpu_mode, gpus=gpus, engine=eng)
+    full_env, extra = container_env(img, gpu_mode, gpus=gpus, engine=eng, host=host)
     full_env["KERNELLAB_IMAGE_ID"] = img.id
     full_env.update(env or {})
     # The host's name inside too: benchmark results record it, and compare tells machines apart by it.
@@ -172,7 +177,7 @@ def run_argv(
 
 
 def container_env(image: str | Image, gpu_mode: str | None, *, gpus: Sequence[str] | None = None,
-                  engine: Engine | None = None) -> tuple[dict[str, str], list[str]]:
+                  engine: Engine | None = None, host: Host | None = None) -> tuple[dict[str, str], list[str]]:
     """The environment every kernellab container gets (home and caches under /cache, PYTHONPATH, the
     GPU's), and the engine's flags that attach the GPUs in gpu_mode (none for None): the host indices
     gpus, or all of them for None."""
@@ -181,7 +186,7 @@ def container_env(image: str | Image, gpu_mode: str | None, *, gpus: Sequence[st
            "KERNELLAB_CACHE": CACHE, "PYTHONPATH": f"{WORKSPACE}/src", "PIP_CACHE_DIR": f"{CACHE}/pip"}
     flags: list[str] = []
     if gpu_mode:
-        flags, gpu_env = gpu.container_gpu_args(eng, gpu_mode, gpus)
+        flags, gpu_env = gpu.container_gpu_args(eng, gpu_mode, gpus, driver=host.driver if host else None)
         image_env = eng.image(image).env
         for k, v in gpu_env.items():
             # Library and binary paths are appended to the image's own, never replace them.
@@ -227,7 +232,7 @@ def run(image: str | Image, command: Sequence[str] = (), *, gpu: bool | str = Tr
     argv = run_argv(found, command, interactive=interactive, gpu_mode=mode, gpus=gpus, user=(uid, gid),
                     cache=host.cache(uid, gid), env=env, network=network, repo=repo or host.workspace(),
                     name=name, publish=publish, pass_env=tuple(secret_env or {}), mounts=mounts,
-                    engine=eng, hostname=host.hostname())
+                    engine=eng, hostname=host.hostname(), host=host)
     if out is not None:
         try:
             code = proc.run(argv, stream=True, out=out, check=False, env=secret_env).returncode
