@@ -3,7 +3,7 @@
 # bundle in .gpu-host/ (dockerbins.tar.xz and start-docker.sh, from the lab's GPU-host kit), install carried wheels (.whl/),
 # then exercise kernellab the way a user would. Logs go to $OUT (or ./gpu-host-logs).
 #   bash .ci/gpu-host.sh [doctor] [shell] [test] [native] [bench] [recipe-build] [recipe-run] [liger-run] [liger-bench]
-#                        [timeline] [recipe-profile]
+#                        [timeline] [recipe-profile] [remote]
 #   (default: the first five; recipe-build and recipe-run build and run the demo recipe, recipes/demo, whose
 #   sources are its own folders: its CUDA half runs here)
 set -uo pipefail
@@ -90,6 +90,43 @@ for step in $steps; do
             [ "${PIPESTATUS[0]}" = 0 ] || rc=1
             tar -C results/recipes -czf "$out/recipe-profiles.tgz" --exclude='*.nsys-rep' --exclude='*.sqlite' \
               demo/profiles liger/profiles 2>/dev/null ;;
+    remote)  # --host ssh://: this machine's engine through an sshd on 127.0.0.1 with keys made here, the GPU attached
+            d=$(mktemp -d); port=$(( 20000 + RANDOM % 20000 )); sshd=/usr/sbin/sshd
+            missing=; for t in /usr/sbin/sshd ssh ssh-keygen rsync; do command -v $t >/dev/null || missing="$missing $t"; done
+            mkdir -p $d/bin
+            if [ -n "$missing" ] && [ -f .gpu-host/ssh-kit.tar.gz ]; then
+              # Debian bookworm's openssh and rsync (dpkg -x of the packages and their libraries: the lab's GPU-host
+              # kit), for a machine without them; wrappers put their libraries on the path.
+              mkdir -p /tmp/sshkit && tar -C /tmp/sshkit -xzf .gpu-host/ssh-kit.tar.gz
+              libs=/tmp/sshkit/usr/lib/x86_64-linux-gnu:/tmp/sshkit/lib/x86_64-linux-gnu
+              for t in ssh ssh-keygen rsync; do
+                printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec /tmp/sshkit/usr/bin/%s "$@"\n' $libs $t > $d/bin/$t.real; chmod +x $d/bin/$t.real
+              done
+              printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec /tmp/sshkit/usr/sbin/sshd "$@"\n' $libs > $d/sshd; chmod +x $d/sshd
+              sshd=$d/sshd; export PATH=$d/bin-kit:$PATH; mkdir -p $d/bin-kit
+              for t in ssh-keygen rsync; do cp $d/bin/$t.real $d/bin-kit/$t; done
+              grep -q '^sshd:' /etc/passwd || echo 'sshd:x:74:65534:sshd:/run/sshd:/usr/sbin/nologin' >> /etc/passwd
+              missing=
+            fi
+            if [ -n "$missing" ]; then echo "remote: this machine lacks$missing" | tee "$out/remote.txt"; rc=1; continue; fi
+            ssh-keygen -q -t ed25519 -N '' -f $d/host_key; ssh-keygen -q -t ed25519 -N '' -f $d/client_key
+            cp $d/client_key.pub $d/authorized_keys; mkdir -p /run/sshd
+            printf 'Port %s\nListenAddress 127.0.0.1\nHostKey %s/host_key\nAuthorizedKeysFile %s/authorized_keys\nPidFile %s/pid\nStrictModes no\nUsePAM no\nPermitRootLogin prohibit-password\nSetEnv PATH=%s DOCKER_HOST=%s\n' \
+              $port $d $d $d "$PATH" "${DOCKER_HOST:-unix:///var/run/docker.sock}" > $d/sshd_config
+            "$sshd" -f $d/sshd_config -E $d/sshd.log; sleep 1
+            printf 'Host 127.0.0.1\n  IdentityFile %s/client_key\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n' $d > $d/ssh_config
+            real_ssh=$( [ -x $d/bin/ssh.real ] && echo $d/bin/ssh.real || command -v ssh )
+            printf '#!/bin/sh\nexec %s -F %s/ssh_config "$@"\n' "$real_ssh" $d > $d/bin/ssh; chmod +x $d/bin/ssh
+            [ -x $d/bin/rsync.real ] && cp $d/bin/rsync.real $d/bin/rsync
+            PATH=$d/bin:$PATH ssh -p $port root@127.0.0.1 'echo ssh ok; command -v docker rsync' 2>&1 | tee "$out/remote.txt"
+            PATH=$d/bin:$PATH docker --host "ssh://root@127.0.0.1:$port" version 2>&1 | tail -n 4 | tee -a "$out/remote.txt"
+            tail -n 5 $d/sshd.log
+            docker image inspect kernellab:gpuhost >/dev/null 2>&1 || inv build-image --target gpuhost > "$out/build.txt" 2>&1 || rc=1
+            PATH=$d/bin:$PATH inv test --host "ssh://root@127.0.0.1:$port" --target gpuhost -k "softmax or rmsnorm" 2>&1 \
+              | tee -a "$out/remote.txt" | tail -n 12; [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+            PATH=$d/bin:$PATH inv bench --quick --host "ssh://root@127.0.0.1:$port" --target gpuhost -k rmsnorm 2>&1 \
+              | tee -a "$out/remote.txt" | tail -n 12; [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+            kill "$(cat $d/pid)" 2>/dev/null ;;
     bench)  inv bench --target gpuhost --quick --out results/gpuhost-quick 2>&1 | tee "$out/bench.txt" | tail -n 60
             [ "${PIPESTATUS[0]}" = 0 ] || rc=1
             cp results/gpuhost-quick/summary.md "$out/bench-summary.md" 2>/dev/null ;;

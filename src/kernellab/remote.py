@@ -165,7 +165,8 @@ class SshHost:
         if dirs and self.run(f"ls {dirs} 2>/dev/null | grep -q nvidia", check=False).ok:
             return "cdi"
         nodes, files = self.driver()
-        return "devices" if nodes and any("libcuda.so" in inside for inside in files.values()) else None
+        has_cuda = str(gpu.DRIVER_DIR) in files or any("libcuda.so" in inside for inside in files.values())
+        return "devices" if nodes and has_cuda else None
 
     def driver(self) -> tuple[list[str], dict[str, str]]:
         """The server's /dev/nvidia* nodes and driver files (its /usr/local/nvidia, else what its ldconfig lists)."""
@@ -194,6 +195,7 @@ class SshHost:
 
     def image(self, image: str | Image) -> str | Image:
         """This machine's image on the server: found there by ID, else sent (see send())."""
+        self.engine.require()   # an engine that does not answer is not one without the image
         local = current().image(image)
         there = self.engine.find_image(local.id)
         if there is None:

@@ -1,6 +1,7 @@
 """Docker: BuildKit builds through the CLI (buildx, or a 20.10 client with it built in); the SDK for ping and info."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -56,10 +57,22 @@ class Docker(Engine):
         except KernellabError:
             raise
         except Exception as e:
-            raise EngineError(f"{self.problem()[:-1]} ({type(e).__name__}).") from None
+            # The SDK's own ssh transport is pickier than the CLI's (its environment, its ssh options): ask the CLI.
+            raw = self._cli_info()
+            if raw is None:
+                raise EngineError(f"{self.problem()[:-1]} ({type(e).__name__}).") from None
+            version = {"Version": raw.get("ServerVersion", "")}
         return EngineInfo("docker", str(version.get("Version", "")), str(raw.get("DockerRootDir", "/var/lib/docker")),
                           "rootless" in " ".join(raw.get("SecurityOptions") or []),
                           tuple(sorted((raw.get("Runtimes") or {}).keys())), tuple(raw.get("CDISpecDirs") or ()))
+
+    def _cli_info(self) -> dict[str, Any] | None:
+        """`docker info` as JSON through the CLI, or None when it does not answer."""
+        try:
+            r = proc.run([*self.command, "info", "--format", "{{json .}}"], check=False, timeout=120)
+            return dict(json.loads(r.stdout)) if r.ok and r.stdout.strip() else None
+        except (KernellabError, ValueError):
+            return None
 
     def builder(self) -> list[str]:
         """A docker CLI that builds with BuildKit: buildx if present, else a client with it built in."""
