@@ -63,11 +63,11 @@ def test_watch_in_the_cpu_container_sees_host_edits_and_ctrl_c_removes_it(cpu_im
         w = Watcher(argv, env)
         watchers.append(w)
         status, block = w.result(FIRST_BUILD_S)
-        assert status.startswith(f"PASS {OP}: 30 cases"), block
+        assert status.startswith(f"PASS {OP}: 60 cases"), block
         assert watch_containers(marker), "the watcher runs in a kernellab container"
         kernel.write_text(good.replace(*BREAK))
         status, block = w.result(EDIT_S)
-        assert status.startswith(f"FAIL {OP}: 30 of 30 cases fail;") and "elements differ" in block, block
+        assert status.startswith(f"FAIL {OP}: 30 of 60 cases fail;") and "elements differ" in block, block
         os.killpg(w.proc.pid, signal.SIGINT)
         rest = w.rest(60)
         assert w.proc.returncode == 130, rest
