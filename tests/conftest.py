@@ -79,9 +79,14 @@ def _require(marker: str, problem: str | None, variable: str) -> None:
     pytest.skip(problem)
 
 
-#: Parametrized tests whose variant (by its full name) belongs to the full tier though the test's module does not:
-#: the engine contract's export round trip through Docker (about 70 s; its Podman variant runs in make test-podman).
-FULL_VARIANTS = {"test_an_exported_bundle_imports_back_as_the_same_image[docker]"}
+#: Tests (by their full names) that belong to the full tier though their modules do not: the engine contract's export
+#: round trip through Docker (about 70 s; its Podman variant runs in make test-podman); the two largest CUDA sources
+#: compiled without a GPU (matmul and attention, about 30 s: the others stay); watch in the cpu container (35 s: the
+#: native watcher's test stays). docs/testing.md says when each moved.
+FULL_VARIANTS = {"test_an_exported_bundle_imports_back_as_the_same_image[docker]",
+                 "test_every_cuda_source_compiles_without_a_gpu[matmul]",
+                 "test_every_cuda_source_compiles_without_a_gpu[attention]",
+                 "test_watch_in_the_cpu_container_sees_host_edits_and_ctrl_c_removes_it"}
 
 
 @pytest.hookimpl(tryfirst=True)   # before `-m` deselects by marker
