@@ -52,6 +52,21 @@ def test_profile_reports_the_candidate_and_every_baseline(op: str, tmp_path: Pat
     assert not (tmp_path / "profile.partial").exists()
 
 
+@pytest.mark.parametrize("impl", ["kernellab", "compile"])
+def test_a_backward_pass_profiles_the_backwards_kernels_only(impl: str, tmp_path: Path) -> None:
+    """Autograd launches a backward from a thread of its own: the profiled child turns that off, so the kernels
+    are inside the NVTX range ncu filters on (none were, before), and the forward that made the graph is not."""
+    result = kernellab("kernellab.nsight.profile", "-k", "rmsnorm", "--pass", "backward", "--impl", impl,
+                       "--dtype", "float16", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    doc = json.loads((tmp_path / "profile" / "profile.json").read_text())
+    names = [k["kernel"] for k in doc["impls"][impl]["kernels"]]
+    assert names, "no kernel of the backward was profiled"
+    if impl == "kernellab":
+        assert any("rmsnorm_backward_kernel" in n for n in names) and not any("rmsnorm_kernel" in n for n in names), names
+    assert doc["pass"] == "backward"
+
+
 def test_a_kernel_filter_that_matches_nothing_is_one_sentence_and_leaves_no_report(tmp_path: Path) -> None:
     result = kernellab("kernellab.nsight.profile", "-k", "softmax", "--impl", "kernellab", "--kernel", "no_such_kernel",
                        "--out", str(tmp_path))

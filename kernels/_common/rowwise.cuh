@@ -188,9 +188,18 @@ struct RowPrefetched {
   __device__ __forceinline__ P at(int k, int) const { return load_pack(in + k); }
 };
 
+// True when the grid is a single partial wave (fewer blocks than SMs: a handful of rows, decoding): there
+// the kernel waits on memory latency, and a row-long vector is worth asking for early.
+__device__ __forceinline__ bool few_blocks() {
+  unsigned sms;
+  asm("mov.u32 %0, %%nsmid;" : "=r"(sms));
+  return gridDim.x < sms;
+}
+
 // A row-long vector every row uses (a weight, a bias): with few packs per thread (short rows, or few rows
 // spread over many threads) loaded into registers up front, its latency (from DRAM, the first time) then
-// hidden behind the row's reductions; else loaded where used (from L1 or L2: other rows brought it there).
+// hidden behind the row's reductions; else loaded where used (from L1 or L2: other rows brought it there),
+// and asked into L2 up front when the rows are few.
 template <typename P, int PER>
 struct RowVector {
   static constexpr bool kHeld = PER > 0 && PER <= 2;
@@ -204,6 +213,16 @@ struct RowVector {
       for (int i = 0; i < PER; ++i) {
         const int k = row.lane + i * row.group;
         if (k < row.packs) v[i] = load_pack(in + k);
+      }
+    } else if constexpr (PER > 0) {
+      // Not held: with a handful of rows it would come from DRAM only after the row's reductions (on the
+      // H100, 4 rows of 8192 float32 waited ~1 us for it); asked into L2 now, it is there by then.
+      if (few_blocks()) {
+#pragma unroll
+        for (int i = 0; i < PER; ++i) {
+          const int k = row.lane + i * row.group;
+          if (k < row.packs) asm volatile("prefetch.global.L2 [%0];" ::"l"(in + k));
+        }
       }
     }
   }
@@ -226,55 +245,53 @@ struct Max {
   __device__ static float apply(float a, float b) { return fmaxf(a, b); }
 };
 
-// Every thread of a row's group gets the group's reduction of v. All threads of the block must call
-// it (it may synchronise the block); groups are powers of two, whole warps when they span several.
-template <typename Op>
-__device__ __forceinline__ float group_reduce(float v, int group) {
+__device__ __forceinline__ float2 shfl_xor(float2 v, int offset) { return {shfl_xor(v.x, offset), shfl_xor(v.y, offset)}; }
+__device__ __forceinline__ float4 shfl_xor(float4 v, int offset) {
+  return {shfl_xor(v.x, offset), shfl_xor(v.y, offset), shfl_xor(v.z, offset), shfl_xor(v.w, offset)};
+}
+
+// Every thread of a row's group gets combine() of the group's values v (float, float2 or float4: several
+// statistics reduced at once cost one reduction's latency and synchronisations). All threads of the block
+// must call it (it may synchronise the block); groups are powers of two, whole warps when they span several.
+template <typename V, typename Combine>
+__device__ __forceinline__ V group_combine(V v, int group, Combine combine) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) {
-    if (offset < group) v = Op::apply(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    if (offset < group) v = combine(v, shfl_xor(v, offset));
   }
   if (group <= 32) return v;
-  __shared__ float partial[kRowMaxThreads / 32];
+  __shared__ V partial[kRowMaxThreads / 32];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = group / 32;
   __syncthreads();  // a previous call's readers are done with `partial`
   if (lane == 0) partial[warp] = v;
   __syncthreads();
   // The warps of this row are warp - warp % warps, ...; each lane takes one partial (repeated past
   // `warps`, so the butterfly below gives every lane the same total).
-  float r = partial[warp - warp % warps + lane % warps];
+  V r = partial[warp - warp % warps + lane % warps];
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) {
-    if (offset < warps) r = Op::apply(r, __shfl_xor_sync(0xffffffffu, r, offset));
+    if (offset < warps) r = combine(r, shfl_xor(r, offset));
   }
   return r;
 }
 
-// Both sums of (a, b) over a row's group, as group_reduce<Sum> does for one.
-__device__ __forceinline__ float2 group_sum2(float2 v, int group) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    if (offset < group) {
-      v.x += __shfl_xor_sync(0xffffffffu, v.x, offset);
-      v.y += __shfl_xor_sync(0xffffffffu, v.y, offset);
-    }
-  }
-  if (group <= 32) return v;
-  __shared__ float2 partial2[kRowMaxThreads / 32];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = group / 32;
-  __syncthreads();
-  if (lane == 0) partial2[warp] = v;
-  __syncthreads();
-  float2 r = partial2[warp - warp % warps + lane % warps];
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    if (offset < warps) {
-      r.x += __shfl_xor_sync(0xffffffffu, r.x, offset);
-      r.y += __shfl_xor_sync(0xffffffffu, r.y, offset);
-    }
-  }
-  return r;
+template <typename Op>
+__device__ __forceinline__ float group_reduce(float v, int group) {
+  return group_combine(v, group, [](float a, float b) { return Op::apply(a, b); });
 }
+
+// The sums of (x, y) over a row's group.
+__device__ __forceinline__ float2 group_sum2(float2 v, int group) {
+  return group_combine(v, group, [](float2 a, float2 b) { return make_float2(a.x + b.x, a.y + b.y); });
+}
+
+// The sums of (x, y, z, w) over a row's group.
+__device__ __forceinline__ float4 group_sum4(float4 v, int group) {
+  return group_combine(v, group, [](float4 a, float4 b) {
+    return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+  });
+}
+
 
 // The plan of a norm's backward: at most 16 elements of each of x and grad_out per thread (32 for rows
 // too long for that), a block of 1024 threads only for 8 or fewer.
@@ -282,6 +299,16 @@ inline RowPlan plan_backward_rows(int64_t rows, int64_t cols, int pack16, bool a
   RowPlan p = plan_rows(rows, cols, pack16, aligned, sms, 16);
   if (p.per_thread == 0) p = plan_rows(rows, cols, pack16, aligned, sms, 32);
   if (p.per_thread > 0 && p.pack * p.per_thread > 8 && p.threads() > kRowMaxThreads / 2) p.per_thread = 0;
+  // A handful of rows of a 2-byte type (fewer blocks than SMs: decoding): each row spread over up to 1024
+  // threads until grad_out fits in registers beside x. Its L1 prefetch (backward_prefetches_grad), which
+  // suits many rows, waits on DRAM twice when every load is cold: on the H100, 4 rows of 8192 fp16 took
+  // 12.4 us in the backward kernel against 4.9 us for float32, whose grad_out was held.
+  while (p.pack >= 8 && p.per_thread > 1 && p.pack * p.per_thread > 8 && p.group < kRowMaxThreads && p.rows_per_block == 1 &&
+         p.blocks < sms) {
+    p.group *= 2;
+    p.per_thread /= 2;
+    ++p.shift;
+  }
   return p;
 }
 
@@ -290,13 +317,22 @@ constexpr int backward_block_limit() {
   return N * PER > 8 ? kRowMaxThreads / 2 : kRowMaxThreads;
 }
 
-// Blocks of that size a norm's backward keeps resident per SM, at least: with 16 elements per thread, 2
-// blocks of 512 (64 registers a thread). Without it ptxas took 128 registers for fp16 and an SM held one
+// Blocks of that size a norm's backward keeps resident per SM, at least: with 16 elements per thread of a
+// 2-byte type, 2 blocks of 512 (64 registers a thread). Without it ptxas took 128 registers for fp16 and an SM held one
 // block: a row's loads, four reductions and stores in turn, too few bytes in flight (the H100's fp16
 // backward ran at 40% of the copy bandwidth, no faster than fp32).
+// Only for 2-byte types (8 to a pack): float32's 16 elements a thread spilled at 64 registers (its 4096x4096
+// backward fell from 1.18x to 0.87x of Liger-Kernel's), and one block of 512 per SM suits it.
 template <int N, int PER>
 constexpr int backward_min_blocks() {
-  return N * PER > 8 && N * PER <= 16 ? 2 : 1;
+  return N >= 8 && N * PER > 8 && N * PER <= 16 ? 2 : 1;
+}
+
+// grad_out of a norm's backward beside x: held in registers as x is, but for 2-byte types past 8 elements a
+// thread, where it is prefetched into L1 and loaded where used (registers kept for the running sums).
+template <int N, int PER>
+__host__ __device__ constexpr bool backward_prefetches_grad() {
+  return N >= 8 && N * PER > 8;
 }
 
 // Blocks of a norm's backward grid, at most: as many as can be resident at once (by threads), or one per
@@ -350,8 +386,17 @@ struct ColumnSums {
         for (int i = 0; i < PER; ++i) {
           const int k = lane + i * group;
           if (k < packs) {
+            if constexpr (N % 4 == 0) {
+              // 16-byte stores (cols is a multiple of N here, so every row of partials starts on 16 bytes): one
+              // float each had the LSU queue throttling a handful of fp16 rows (Nsight Compute: lg_throttle).
 #pragma unroll
-            for (int j = 0; j < N; ++j) partial[k * N + j] = v[i][j];
+              for (int j = 0; j < N; j += 4) {
+                *reinterpret_cast<float4*>(partial + k * N + j) = make_float4(v[i][j], v[i][j + 1], v[i][j + 2], v[i][j + 3]);
+              }
+            } else {
+#pragma unroll
+              for (int j = 0; j < N; ++j) partial[k * N + j] = v[i][j];
+            }
           }
         }
         return;
@@ -392,6 +437,33 @@ __global__ void __launch_bounds__(1024) column_sums(const float* __restrict__ pa
 #pragma unroll
     for (int j = 0; j < 32; ++j) total += tile[j][lane];
     (blockIdx.y == 0 ? out0 : out1)[c] = from_float<T>(total);
+  }
+}
+
+// The same sums when the partial rows are few (a handful of rows: a grid of a few blocks): a thread per
+// column adds them in turn, coalesced across the warp; no shared memory, no idle slices.
+template <typename T>
+__global__ void __launch_bounds__(256) column_sums_serial(const float* __restrict__ partial, int parts, int cols,
+                                                          T* __restrict__ out0, T* __restrict__ out1) {
+  const int c = blockIdx.x * 256 + threadIdx.x;
+  if (c >= cols) return;
+  const float* in = partial + int64_t(blockIdx.y) * parts * cols + c;
+  float s = 0.f;
+  for (int p = 0; p < parts; ++p) s += in[int64_t(p) * cols];
+  (blockIdx.y == 0 ? out0 : out1)[c] = from_float<T>(s);
+}
+
+// out0 (and out1 when outputs == 2) = the column sums of `parts` partial rows of cols floats each.
+template <typename T>
+void launch_column_sums(const float* partial, int parts, int cols, T* out0, T* out1, int outputs,
+                        cudaStream_t stream) {
+  const unsigned y = static_cast<unsigned>(outputs);
+  if (parts <= 32) {
+    column_sums_serial<T><<<dim3(static_cast<unsigned>((cols + 255) / 256), y), 256, 0, stream>>>(partial, parts, cols,
+                                                                                                  out0, out1);
+  } else {
+    column_sums<T><<<dim3(static_cast<unsigned>((cols + 31) / 32), y), 1024, 0, stream>>>(partial, parts, cols, out0,
+                                                                                         out1);
   }
 }
 

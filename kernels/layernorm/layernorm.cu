@@ -1,31 +1,24 @@
 // LayerNorm with weight and bias. A group of threads per row (kernels/_common/rowwise.cuh): a warp or
 // less for short rows, several rows per block; up to a block of 1024 for long ones. The row is read
-// once into registers as 16-byte packs; the mean is reduced first, then the sum of squared deviations
-// from it, both over the values in registers (exact two-pass, so no cancellation, and no second read).
-// Rows too long for registers are streamed: three reads (mean, deviations, output), mostly from L2.
+// once into registers as 16-byte packs. Mean and variance come from one reduction of the sums of d and d^2,
+// d = x - x[0] (the row's first element): shifted by a value of the row, E[d^2] - E[d]^2 loses no digits
+// to a large mean (the cancellation of E[x^2] - E[x]^2), and one reduction waits half as long as two.
+// Rows too long for registers are streamed: two reads (statistics, output), the second mostly from L2.
 #include "kernellab.cuh"
 #include "layernorm.h"
 #include "rowwise.cuh"
 
 namespace {
 
+// Adds the pack's d = x - shift and d^2 to s.
 template <typename T, int N>
-__device__ __forceinline__ float pack_sum(const kl::Pack<T, N>& p) {
-  float s = 0.f;
-#pragma unroll
-  for (int j = 0; j < N; ++j) s += kl::to_float(p.v[j]);
-  return s;
-}
-
-template <typename T, int N>
-__device__ __forceinline__ float pack_squares(const kl::Pack<T, N>& p, float mean) {
-  float s = 0.f;
+__device__ __forceinline__ void add_shifted(const kl::Pack<T, N>& p, float shift, float2& s) {
 #pragma unroll
   for (int j = 0; j < N; ++j) {
-    const float d = kl::to_float(p.v[j]) - mean;
-    s = fmaf(d, d, s);
+    const float d = kl::to_float(p.v[j]) - shift;
+    s.x += d;
+    s.y = fmaf(d, d, s.y);
   }
-  return s;
 }
 
 template <typename T, int N>
@@ -50,12 +43,12 @@ __global__ void __launch_bounds__(kl::row_block_limit<N, PER>())
   const kl::RowPacks<P, PER> row(reinterpret_cast<const P*>(x + offset), static_cast<int>(cols / N), t, valid);
   const kl::RowVector<P, PER> weight(reinterpret_cast<const P*>(w), row), bias(reinterpret_cast<const P*>(b), row);
   const float inv_cols = 1.f / static_cast<float>(cols);
-  float sum = 0.f;
-  row.for_each([&](const P& p, int, int) { sum += pack_sum(p); });
-  const float mean = kl::group_reduce<kl::Sum>(sum, t.group) * inv_cols;
-  float squares = 0.f;
-  row.for_each([&](const P& p, int, int) { squares += pack_squares(p, mean); });
-  const float rstd = rsqrtf(kl::group_reduce<kl::Sum>(squares, t.group) * inv_cols + eps);
+  const float x0 = valid ? kl::to_float(x[offset]) : 0.f;
+  float2 s = {0.f, 0.f};
+  row.for_each([&](const P& p, int, int) { add_shifted(p, x0, s); });
+  s = kl::group_sum2(s, t.group);
+  const float mean_d = s.x * inv_cols;  // mean - x0
+  const float mean = x0 + mean_d, rstd = rsqrtf(fmaxf(s.y * inv_cols - mean_d * mean_d, 0.f) + eps);
   P* out = reinterpret_cast<P*>(y + offset);
   row.for_each([&](const P& p, int k, int i) { kl::store_pack(out + k, normalized(p, weight(k, i), bias(k, i), mean, rstd)); });
 }

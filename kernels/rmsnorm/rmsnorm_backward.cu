@@ -3,7 +3,8 @@
 //   grad_x = rstd * (gw - xhat * mean(gw * xhat)),  grad_w = sum over rows of grad_out * xhat.
 // A group of threads per row as in the forward, x and grad_out held in registers (read once); a grid of
 // as many blocks as fit at once, each looping over rows and keeping its columns' grad_w sums in registers,
-// then one row of float32 partials per block, added up by kl::column_sums.
+// then one row of float32 partials per block, added up by kl::column_sums. One reduction of two sums
+// (x^2, gw * x) gives rstd and mean(gw * xhat) = rstd * mean(gw * x) at once.
 #include "kernellab.cuh"
 #include "rmsnorm.h"
 #include "rowwise.cuh"
@@ -40,26 +41,23 @@ __global__ void __launch_bounds__(kl::backward_block_limit<N, PER>(), kl::backwa
     const int64_t offset = valid ? row * cols : 0;
     const kl::RowThread t{row, lane, group};
     const kl::RowPacks<P, PER> xr(reinterpret_cast<const P*>(x + offset), packs, t, valid);
-    // grad_out held in registers too up to 8 elements a thread; beyond, prefetched into L1 and loaded where
-    // used, which leaves registers for the running sums (64 a thread, two blocks of 512 per SM).
-    using G = std::conditional_t<(N * PER > 8), kl::RowPrefetched<P, PER>, kl::RowPacks<P, PER>>;
+    // grad_out held in registers as x is (kl::backward_prefetches_grad: or prefetched into L1).
+    using G = std::conditional_t<kl::backward_prefetches_grad<N, PER>(), kl::RowPrefetched<P, PER>,
+                                 kl::RowPacks<P, PER>>;
     const G gr = make_grad_row<G>(reinterpret_cast<const P*>(dy + offset), valid ? packs : 0, t, valid);
-    float sq = 0.f;
-    xr.for_each([&](const P& p, int, int) {
-#pragma unroll
-      for (int j = 0; j < N; ++j) {
-        const float v = kl::to_float(p.v[j]);
-        sq = fmaf(v, v, sq);
-      }
-    });
-    const float rstd = rsqrtf(kl::group_reduce<kl::Sum>(sq, group) * inv_cols + eps);
-    float s = 0.f;  // sum of gw * xhat
+    float2 s = {0.f, 0.f};  // sums of x^2 and gw * x
     xr.for_each([&](const P& p, int k, int i) {
       const P g = gr.at(k, i), wk = kl::load_pack(pw + k);
 #pragma unroll
-      for (int j = 0; j < N; ++j) s = fmaf(kl::to_float(g.v[j]) * kl::to_float(wk.v[j]), kl::to_float(p.v[j]) * rstd, s);
+      for (int j = 0; j < N; ++j) {
+        const float v = kl::to_float(p.v[j]);
+        s.x = fmaf(v, v, s.x);
+        s.y = fmaf(kl::to_float(g.v[j]) * kl::to_float(wk.v[j]), v, s.y);
+      }
     });
-    const float b = kl::group_reduce<kl::Sum>(s, group) * inv_cols;
+    s = kl::group_sum2(s, group);
+    const float rstd = rsqrtf(s.x * inv_cols + eps);
+    const float b = rstd * s.y * inv_cols;  // mean(gw * xhat)
     P* out = reinterpret_cast<P*>(dx + offset);
     xr.for_each([&](const P& p, int k, int i) {
       const P g = gr.at(k, i), wk = kl::load_pack(pw + k);
@@ -114,8 +112,7 @@ cudaError_t launch(const T* dy, const T* x, const T* w, T* dx, T* dw, float* ws,
     kl::dispatch_per_thread<32 / kl::kPack16<T>>(p.per_thread,
                             [&](auto per) { go(rmsnorm_backward_kernel<T, kl::kPack16<T>, decltype(per)::value>); });
   }
-  const dim3 sums_grid(static_cast<unsigned>((cols + 31) / 32), 1);
-  kl::column_sums<T><<<sums_grid, 1024, 0, stream>>>(ws, grid, static_cast<int>(cols), dw, dw);
+  kl::launch_column_sums<T>(ws, grid, static_cast<int>(cols), dw, dw, 1, stream);
   return cudaGetLastError();
 }
 

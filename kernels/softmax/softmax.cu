@@ -1,6 +1,7 @@
 // Row softmax. A group of threads per row (kernels/_common/rowwise.cuh): a warp or less for short rows,
 // several rows per block; up to a block of 1024 for long ones. The row is read once into registers as
-// 16-byte packs; its max is reduced, then the sum of exponentials, then each output is written once.
+// 16-byte packs; each thread's (max, sum of exponentials from its max) is combined over the group in one
+// reduction (the sums rescaled to the larger max as they meet), then each output is written once.
 // Exponentials are base 2 on x * log2(e) - max: one FMA and one ex2 instruction each. Rows too long
 // for registers are streamed: one pass keeps a running (max, sum) per thread, a second writes.
 #include "kernellab.cuh"
@@ -39,6 +40,20 @@ __device__ __forceinline__ kl::Pack<T, N> normalized(const kl::Pack<T, N>& p, fl
 // A row's max as exp2's argument wants it; an all -inf row keeps 0 so that exp2(-inf - 0) is 0, not NaN.
 __device__ __forceinline__ float scaled(float max) { return max == -INFINITY ? 0.f : max * kl::kLog2e; }
 
+// A thread's or group's share of a row: its max (times log2(e); -inf when it has no finite value) and the
+// sum of exp2(x * log2(e) - max) over its values.
+struct MaxSum {
+  float max, sum;
+};
+__device__ __forceinline__ MaxSum shfl_xor(MaxSum v, int offset) {
+  return {kl::shfl_xor(v.max, offset), kl::shfl_xor(v.sum, offset)};
+}
+__device__ __forceinline__ MaxSum combine(MaxSum a, MaxSum b) {
+  const float m = fmaxf(a.max, b.max);
+  if (m == -INFINITY) return {m, 0.f};
+  return {m, a.sum * kl::fast_exp2(a.max - m) + b.sum * kl::fast_exp2(b.max - m)};
+}
+
 template <typename T, int N, int PER>
 __global__ void __launch_bounds__(kl::row_block_limit<N, PER>())
     softmax_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t cols, int shift) {
@@ -47,15 +62,13 @@ __global__ void __launch_bounds__(kl::row_block_limit<N, PER>())
   const bool valid = t.row < rows;
   const int64_t offset = valid ? t.row * cols : 0;
   const kl::RowPacks<P, PER> row(reinterpret_cast<const P*>(x + offset), static_cast<int>(cols / N), t, valid);
-  float m, sum = 0.f;
+  float local = -INFINITY, sum = 0.f;
   if constexpr (PER > 0) {
-    float local = -INFINITY;
     row.for_each([&](const P& p, int, int) { local = fmaxf(local, pack_max(p)); });
-    m = scaled(kl::group_reduce<kl::Max>(local, t.group));
+    const float m = scaled(local);
     row.for_each([&](const P& p, int, int) { sum += pack_exp_sum(p, m); });
   } else {
     // One read: a running max, the sum rescaled whenever it grows.
-    float local = -INFINITY;
     row.for_each([&](const P& p, int, int) {
       const float pm = pack_max(p);
       if (pm > local) {
@@ -64,10 +77,10 @@ __global__ void __launch_bounds__(kl::row_block_limit<N, PER>())
       }
       sum += pack_exp_sum(p, scaled(local));
     });
-    m = scaled(kl::group_reduce<kl::Max>(local, t.group));
-    sum = local == -INFINITY ? 0.f : sum * kl::fast_exp2(fmaf(local, kl::kLog2e, -m));
   }
-  const float inv_sum = 1.f / kl::group_reduce<kl::Sum>(sum, t.group);
+  const MaxSum total = kl::group_combine(MaxSum{local == -INFINITY ? -INFINITY : local * kl::kLog2e, sum}, t.group,
+                                         [](MaxSum a, MaxSum b) { return combine(a, b); });
+  const float m = total.max == -INFINITY ? 0.f : total.max, inv_sum = 1.f / total.sum;
   P* out = reinterpret_cast<P*>(y + offset);
   row.for_each([&](const P& p, int k, int) { kl::store_pack(out + k, normalized(p, m, inv_sum)); });
 }

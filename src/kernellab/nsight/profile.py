@@ -75,10 +75,13 @@ def launch(root: Path, name: str, impl: str, shape: dict[str, int], dtype: str, 
             torch.cuda.synchronize()
         prof.export_chrome_trace(str(trace))
         return 0
-    torch.cuda.nvtx.range_push(RANGE)
-    call()
-    torch.cuda.synchronize()
-    torch.cuda.nvtx.range_pop()
+    # Autograd runs a CUDA backward on a thread of its own, outside this thread's NVTX range (ncu's filter saw no
+    # kernel of a backward pass): with multithreading off, the backward's kernels launch here, inside the range.
+    with torch.autograd.set_multithreading_enabled(False):
+        torch.cuda.nvtx.range_push(RANGE)
+        call()
+        torch.cuda.synchronize()
+        torch.cuda.nvtx.range_pop()
     return 0
 
 
