@@ -1,6 +1,7 @@
 """op.toml parsing, op discovery and selection, tolerances, and the build report: pure logic, no compiler."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -252,3 +253,20 @@ def test_a_bad_min_cuda_names_the_form(tmp_path: Path) -> None:
     folder = make_op(tmp_path, toml=MINIMAL + 'min_cuda = "12.8"\n')
     with pytest.raises(ConfigError, match=r'min_cuda must be \["X.Y", "what needs it"\]'):
         library.parse_spec(folder / "op.toml")
+
+
+def test_torch_compile_baselines_keep_inductors_cache_in_kernellabs(tmp_path, monkeypatch) -> None:
+    """A compiled baseline's graphs go to $KERNELLAB_CACHE/inductor (a host folder in containers), so a later bench
+    takes them instead of compiling again; a TORCHINDUCTOR_CACHE_DIR the user set is left as it is."""
+    import torch
+
+    from kernellab.ops import library
+
+    monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.setattr(torch, "compile", lambda fn: fn)  # only where the cache goes is under test, not inductor
+    assert library._compiled(lambda x: x + 1)(1) == 2
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "cache" / "inductor")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
+    library._compiled(lambda x: x)(0)
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "mine")

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable
 
+from .. import cache_root
 from ..errors import ConfigError, ExtensionError
 from . import extensions, passes
 from .builds import (
@@ -194,6 +196,9 @@ def _compiled(fn: Callable) -> Callable:
         if not compiled:
             import torch
 
+            # Inductor's compiled graphs in kernellab's cache (a host folder in containers), not in /tmp: a later
+            # bench, a container's or a cluster task's, takes them from there instead of compiling again.
+            os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_root() / "inductor"))
             compiled.append(torch.compile(fn))
         return compiled[0](*inputs)
 
