@@ -47,30 +47,8 @@ inline int sm_count() {
   return cached[device];
 }
 
-// Reductions over a "state" S: S{} is the identity, S::combine(a, b) is associative, s.shfl_xor(m)
-// exchanges a state between lanes. The same code then reduces a max/sum pair or mean/variance.
-template <typename S>
-__device__ __forceinline__ S warp_reduce(S s) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) s = S::combine(s, s.shfl_xor(offset));
-  return s;
-}
-
-// Every thread gets the whole block's state. blockDim.x must be a multiple of 32.
-template <typename S>
-__device__ __forceinline__ S block_reduce(S s) {
-  // Raw storage: a __shared__ array of a type with default member initializers is not allowed.
-  __shared__ alignas(S) unsigned char storage[32 * sizeof(S)];
-  S* partial = reinterpret_cast<S*>(storage);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  s = warp_reduce(s);
-  __syncthreads();  // a previous call's readers are done with `partial`
-  if (lane == 0) partial[warp] = s;
-  __syncthreads();
-  // Each warp reduces the partials itself: no second round through shared memory.
-  return warp_reduce(lane < warps ? partial[lane] : S{});
-}
-
+// Reductions over a row's group of threads (a warp or less up to a whole block), of a float or of several
+// statistics at once (a mean/variance, a max/sum pair): kl::group_combine in rowwise.cuh.
 __device__ __forceinline__ float shfl_xor(float v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
 
 __device__ __forceinline__ float fast_exp2(float x) {

@@ -292,7 +292,6 @@ __device__ __forceinline__ float4 group_sum4(float4 v, int group) {
   });
 }
 
-
 // The plan of a norm's backward: at most 16 elements of each of x and grad_out per thread (32 for rows
 // too long for that), a block of 1024 threads only for 8 or fewer.
 inline RowPlan plan_backward_rows(int64_t rows, int64_t cols, int pack16, bool aligned, int sms) {
@@ -300,9 +299,10 @@ inline RowPlan plan_backward_rows(int64_t rows, int64_t cols, int pack16, bool a
   if (p.per_thread == 0) p = plan_rows(rows, cols, pack16, aligned, sms, 32);
   if (p.per_thread > 0 && p.pack * p.per_thread > 8 && p.threads() > kRowMaxThreads / 2) p.per_thread = 0;
   // A handful of rows of a 2-byte type (fewer blocks than SMs: decoding): each row spread over up to 1024
-  // threads until grad_out fits in registers beside x. Its L1 prefetch (backward_prefetches_grad), which
-  // suits many rows, waits on DRAM twice when every load is cold: on the H100, 4 rows of 8192 fp16 took
-  // 12.4 us in the backward kernel against 4.9 us for float32, whose grad_out was held.
+  // threads until grad_out fits in registers beside x, instead of its L1 prefetch (backward_prefetches_grad).
+  // Tried when 4 rows of 8192 fp16 took 12.4 us in the backward kernel against 4.9 us for float32; alone it did
+  // not help (13.2 us): Nsight Compute then put the time in the partial sums' one-float stores (lg_throttle),
+  // which ColumnSums::write now makes 16 bytes wide. The H100 figures in results/h100-norms have both.
   while (p.pack >= 8 && p.per_thread > 1 && p.pack * p.per_thread > 8 && p.group < kRowMaxThreads && p.rows_per_block == 1 &&
          p.blocks < sms) {
     p.group *= 2;
@@ -318,11 +318,10 @@ constexpr int backward_block_limit() {
 }
 
 // Blocks of that size a norm's backward keeps resident per SM, at least: with 16 elements per thread of a
-// 2-byte type, 2 blocks of 512 (64 registers a thread). Without it ptxas took 128 registers for fp16 and an SM held one
-// block: a row's loads, four reductions and stores in turn, too few bytes in flight (the H100's fp16
-// backward ran at 40% of the copy bandwidth, no faster than fp32).
-// Only for 2-byte types (8 to a pack): float32's 16 elements a thread spilled at 64 registers (its 4096x4096
-// backward fell from 1.18x to 0.87x of Liger-Kernel's), and one block of 512 per SM suits it.
+// 2-byte type (8 to a pack), 2 blocks of 512 (64 registers a thread). Without it ptxas took 128 registers for
+// fp16 and an SM held one block: too few bytes in flight (the H100's fp16 backward ran at 40% of the copy
+// bandwidth, no faster than fp32). Not for float32: its 16 elements a thread spilled at 64 registers (its
+// 4096x4096 backward fell from 1.18x to 0.87x of Liger-Kernel's), and one block of 512 per SM suits it.
 template <int N, int PER>
 constexpr int backward_min_blocks() {
   return N >= 8 && N * PER > 8 && N * PER <= 16 ? 2 : 1;

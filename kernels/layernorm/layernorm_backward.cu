@@ -50,13 +50,13 @@ __global__ void __launch_bounds__(kl::backward_block_limit<N, PER>(), kl::backwa
     using G = std::conditional_t<kl::backward_prefetches_grad<N, PER>(), kl::RowPrefetched<P, PER>,
                                  kl::RowPacks<P, PER>>;
     const G gr = make_grad_row<G>(reinterpret_cast<const P*>(dy + offset), valid ? packs : 0, t, valid);
-    const float shift = valid ? kl::to_float(x[offset]) : 0.f;
+    const float x0 = valid ? kl::to_float(x[offset]) : 0.f;  // the shift
     float4 s = {0.f, 0.f, 0.f, 0.f};  // sums of d, d^2, gw, gw * d
     xr.for_each([&](const P& p, int k, int i) {
       const P g = gr.at(k, i), wk = kl::load_pack(pw + k);
 #pragma unroll
       for (int j = 0; j < N; ++j) {
-        const float d = kl::to_float(p.v[j]) - shift, gw = kl::to_float(g.v[j]) * kl::to_float(wk.v[j]);
+        const float d = kl::to_float(p.v[j]) - x0, gw = kl::to_float(g.v[j]) * kl::to_float(wk.v[j]);
         s.x += d;
         s.y = fmaf(d, d, s.y);
         s.z += gw;
@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(kl::backward_block_limit<N, PER>(), kl::backwa
       }
     });
     s = kl::group_sum4(s, group);
-    const float mean_d = s.x * inv_cols, mean = shift + mean_d;
+    const float mean_d = s.x * inv_cols, mean = x0 + mean_d;
     const float rstd = rsqrtf(fmaxf(s.y * inv_cols - mean_d * mean_d, 0.f) + eps);
     const float a = s.z * inv_cols, b = rstd * (s.w * inv_cols - mean_d * a);  // mean(gw), mean(gw * xhat)
     P* out = reinterpret_cast<P*>(dx + offset);
