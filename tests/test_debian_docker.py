@@ -1,5 +1,6 @@
 """Reproducible builds against a real Docker engine: the Debian base made twice, the cpu target built twice
-from its lock, and CUDA 12.4 from Debian's archive compiling every CUDA op for sm_80 and sm_90.
+from its lock (the second time as a site builds it, through an authenticating proxy with its own CA), and CUDA
+12.4 from Debian's archive compiling every CUDA op for sm_80 and sm_90.
 
 Tier `full` (`make test-all`): every test here builds an image from scratch on purpose: the base made twice
 (same ID), the cpu target rebuilt without cache (same packages, same op libraries), cu124-debian (about 11 GB:
@@ -16,6 +17,7 @@ import json
 import shutil
 import subprocess
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -24,6 +26,7 @@ from kernellab.container import runner
 from kernellab.image import builder, contents, locks, network
 from kernellab.image.kinds import debootstrap_cpu
 from kernellab.ops import spec
+from proxy import Proxy
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.full]
 DOCKER = engine.by_name("docker")
@@ -39,10 +42,43 @@ def test_the_debian_base_made_twice_is_the_same_image(docker_client):
     assert info.get("Created", "").startswith("2025-01-01T00:00:00"), "dated at source_date_epoch, not now"
 
 
+class Twice(NamedTuple):
+    """The cpu target built twice from one lock (`cpu_twice`)."""
+
+    first_ref: str
+    lock: dict
+    second: builder.Built
+    relock: dict
+    log: str
+    proxy: Proxy  # the second build's proxy: its requests
+    secret: str  # the proxy's password
+    cert: Path  # the extra CA the second build was given
+    second_files: dict[str, str]  # contents.read_save of the second image's `docker save`
+    saved: tuple[int, bool]  # that save's size in bytes, and whether the secret occurs in it
+
+
+class _Watched:
+    """A binary stream read through, counting its bytes and watching for `needle` across chunk borders."""
+
+    def __init__(self, stream, needle: bytes):
+        self.stream, self.needle, self.size, self.found, self.tail = stream, needle, 0, False, b""
+
+    def read(self, n: int = -1) -> bytes:
+        chunk = self.stream.read(n)
+        self.size += len(chunk)
+        self.found = self.found or self.needle in self.tail + chunk
+        self.tail = (self.tail + chunk)[-len(self.needle):]
+        return chunk
+
+
 @pytest.fixture(scope="session")
 def cpu_twice(docker_client, tmp_path_factory):
     """The cpu target built twice from one lock, the second time without the layer cache: the committed
-    lock when it still fits (then the first build is `make`'s, from cache), else one made here first."""
+    lock when it still fits (then the first build is `make`'s, from cache), else one made here first.
+
+    The second build is a site's: through an authenticating HTTP proxy, with an extra CA certificate. So one
+    uncached build shows both that a lock rebuilds the same image (all but that CA) and that the proxy's password
+    reaches no layer (CI saved a third cpu build, about 150 s, when the proxy build stopped being one of its own)."""
     lock_dir = tmp_path_factory.mktemp("locks")
     spec = builder.resolve_request(target="cpu", engine=DOCKER)
     shutil.copyfile(locks.lock_path(spec), locks.lock_path(spec, lock_dir))
@@ -53,11 +89,26 @@ def cpu_twice(docker_client, tmp_path_factory):
     lock = json.loads(first.lock_file.read_text())
     first_ref = f"kernellab-test/repro:first-{first.image_id[7:19]}"
     DOCKER.tag(first.image_id, first_ref)
+    site = tmp_path_factory.mktemp("site")
+    cert = site / "test-ca.crt"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+                    "/CN=kernellab test CA", "-keyout", str(site / "k.pem"), "-out", str(cert)],
+                   check=True, capture_output=True)
+    secret = "s3cr3t-kl-proxy"
     log = io.StringIO()
-    # kernellab:cpu stays on the first: the cluster tests run it beside this module (.ci/run).
-    second = builder.build(spec, lock="strict", no_cache=True, lock_dir=lock_dir, ca_certs=certs, out=log,
-                          engine=DOCKER, tag_target=False)
-    yield first_ref, lock, second, json.loads(second.lock_file.read_text()), log.getvalue()
+    with Proxy("kluser", secret) as proxy, pytest.MonkeyPatch.context() as mp:
+        for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+            mp.setenv(var, f"http://kluser:{secret}@127.0.0.1:{proxy.port}")
+        # kernellab:cpu stays on the first: the cluster tests run it beside this module (.ci/run).
+        second = builder.build(spec, lock="strict", no_cache=True, lock_dir=lock_dir, ca_certs=(*certs, cert),
+                              out=log, engine=DOCKER, tag_target=False)
+    with DOCKER.save([second.image_id]) as stream:  # one read of the save: its files, and the secret looked for
+        watched = _Watched(stream, secret.encode())
+        second_files = contents.read_save(watched)  # type: ignore[arg-type]
+        while watched.read(1 << 24):
+            pass
+    yield Twice(first_ref, lock, second, json.loads(second.lock_file.read_text()), log.getvalue(), proxy, secret,
+                cert, second_files, (watched.size, watched.found))
     # Back as `make` left it: its image keeps the tags, the uncached copy (2.6 GB) goes, so runs do not fill the disk.
     for tag in second.tags:
         DOCKER.tag(first.image_id, tag)
@@ -67,7 +118,7 @@ def cpu_twice(docker_client, tmp_path_factory):
 
 
 def test_the_cpu_target_built_twice_from_its_lock_has_the_same_packages(cpu_twice):
-    _, lock, second, relock, log = cpu_twice
+    lock, second, relock, log = cpu_twice.lock, cpu_twice.second, cpu_twice.relock, cpu_twice.log
     assert second.from_lock and "--allow-downgrades" in log and "gcc-12=" in log, "apt installs the pins"
     assert relock["pip_freeze"] == lock["pip_freeze"]
     assert relock["debian"] == lock["debian"] and len(lock["debian"]["image"]) > 100
@@ -87,24 +138,43 @@ def _op_record(image: str, cache: Path, monkeypatch: pytest.MonkeyPatch, *kernel
 
 
 def test_the_cpu_target_built_twice_builds_the_same_op_libraries(cpu_twice, tmp_path, monkeypatch):
-    first_ref, _, second, _, _ = cpu_twice
-    a = _op_record(first_ref, tmp_path / "a", monkeypatch)
-    b = _op_record(second.tags[0], tmp_path / "b", monkeypatch)
+    a = _op_record(cpu_twice.first_ref, tmp_path / "a", monkeypatch)
+    b = _op_record(cpu_twice.second.tags[0], tmp_path / "b", monkeypatch)
     built = {name: r for name, r in a.items() if "library_sha256" in r}
     assert built, f"no op was built: {a}"
     for name, r in built.items():
         assert b[name]["library_sha256"] == r["library_sha256"], f"{name}: the two builds made different libraries"
 
 
-def test_two_builds_from_one_lock_hold_the_same_files_but_pythons_bytecode(cpu_twice):
+def test_two_builds_from_one_lock_hold_the_same_files_but_pythons_bytecode_and_the_sites_ca(cpu_twice):
     """Docker 20.10 dates every file at build time (so image IDs differ); the contents are what must agree.
-    pip writes .pyc files that embed their source file's modification time, which is the install time."""
-    first_ref, _, second, _, _ = cpu_twice
-    result = contents.compare(contents.files(DOCKER, first_ref), contents.files(DOCKER, second.image_id))
-    assert not result.only_a and not result.only_b, result.summary("first", "second")
+    pip writes .pyc files that embed their source file's modification time, which is the install time. The
+    second build was given one more CA certificate: it, its links and the trust store holding it differ too."""
+    result = contents.compare(contents.files(DOCKER, cpu_twice.first_ref), cpu_twice.second_files)
+    assert not result.only_a, result.summary("first", "second")
+    ca = [p for p in result.only_b if p.startswith("/usr/local/share/ca-certificates/kernellab/")]
+    assert len(ca) == 1 and ca[0].endswith(f"-{cpu_twice.cert.stem}.crt"), result.summary("first", "second")
+    links = {p for p in result.only_b if p.startswith("/etc/ssl/certs/")
+             and cpu_twice.second_files[p].startswith("symlink")}
+    assert len(links) == 2 and set(result.only_b) == {*ca, *links}, result.summary("first", "second")
     other = [p for p in result.differ if not p.endswith(".pyc")]
-    assert not other, result.summary("first", "second")
+    assert other == ["/etc/ssl/certs/ca-certificates.crt"], result.summary("first", "second")
     assert result.same > 10_000
+
+
+def test_proxy_credentials_never_reach_the_image_and_the_ca_is_trusted(cpu_twice):
+    """The second build went through an authenticating proxy with an extra CA; the password must appear nowhere."""
+    proxy, secret, ref = cpu_twice.proxy, cpu_twice.secret, cpu_twice.second.image_id
+    assert any(ok for _, _, ok in proxy.requests), f"the build did not use the proxy: {proxy.requests[:5]}"
+    history = subprocess.run(["docker", "history", "--no-trunc", ref], capture_output=True, text=True).stdout
+    inspect = subprocess.run(["docker", "image", "inspect", ref], capture_output=True, text=True).stdout
+    assert secret not in history and secret not in inspect
+    size, found = cpu_twice.saved
+    assert size > 10_000_000, f"docker save {ref} gave {size} bytes"
+    assert not found, "the proxy's password is in the saved image"
+    bundle = DOCKER.read_file(ref, "/etc/ssl/certs/ca-certificates.crt").stdout
+    pem = cpu_twice.cert.read_text().strip().splitlines()
+    assert pem[1] in bundle, "the extra CA is in the image's trust store"
 
 
 @pytest.fixture(scope="session")
@@ -153,7 +223,7 @@ def test_a_candidate_that_requires_sm90a_gets_sm90a_code_instead_of_sm90(cu124_d
 
 
 def test_a_locked_version_the_archive_lost_is_named_and_nothing_is_tagged(cpu_twice, tmp_path):
-    _, lock, _, _, _ = cpu_twice
+    lock = cpu_twice.lock
     spec = builder.resolve_request(target="cpu", engine=DOCKER)
     gone = dict(lock, debian=dict(lock["debian"], image=[
         "gcc-12=0.0-kernellab-gone" if p.startswith("gcc-12=") else p for p in lock["debian"]["image"]]))
