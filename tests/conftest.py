@@ -151,7 +151,7 @@ def default_image(docker_client, tmp_path_factory) -> str:
     ref = "kernellab:cpu"
     if not (docker.exists(ref) and docker.labels(ref).get("kernellab.spec-sha256") == spec.digest):
         why = "is missing" if not docker.exists(ref) else "was built for another spec"
-        warnings.warn(f"{ref} {why}: built here, following the committed lock (CI times this in docs/testing.md)")
+        warnings.warn(f"{ref} {why}: built here, following the committed lock", stacklevel=2)
         builder.build(spec, lock="prefer", lock_dir=committed_locks(tmp_path_factory),
                      ca_certs=network.ca_certificates(), out=io.StringIO(), engine=docker)
     return ref
