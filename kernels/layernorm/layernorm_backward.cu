@@ -46,8 +46,8 @@ __global__ void __launch_bounds__(kl::backward_block_limit<N, PER>(), kl::backwa
     const int64_t offset = valid ? row * cols : 0;
     const kl::RowThread t{row, lane, group};
     const kl::RowPacks<P, PER> xr(reinterpret_cast<const P*>(x + offset), packs, t, valid);
-    // grad_out held in registers as x is (kl::backward_prefetches_grad: or prefetched into L1).
-    using G = std::conditional_t<kl::backward_prefetches_grad<N, PER>(), kl::RowPrefetched<P, PER>,
+    // grad_out held in registers as x is (kl::backward_prefetches_grad, four running sums: or prefetched into L1).
+    using G = std::conditional_t<kl::backward_prefetches_grad<N, PER, 4>(), kl::RowPrefetched<P, PER>,
                                  kl::RowPacks<P, PER>>;
     const G gr = make_grad_row<G>(reinterpret_cast<const P*>(dy + offset), valid ? packs : 0, t, valid);
     const float x0 = valid ? kl::to_float(x[offset]) : 0.f;  // the shift
