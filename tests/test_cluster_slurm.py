@@ -223,6 +223,7 @@ def submit_until_running(*args: str) -> tuple[subprocess.Popen, list[str]]:
     return p, lines
 
 
+@pytest.mark.full  # 11-13 s on 2 cores: in CI's Slurm lane, beside the image builds (docs/testing.md)
 def test_ctrl_c_cancels_the_arrays_says_what_and_resume_runs_the_rest(slurm, shared: Path, runs: list[Path],
                                                                        tmp_path: Path) -> None:
     prof = profile(shared, "none", name="cancel")
@@ -338,6 +339,7 @@ def test_a_shared_folder_the_nodes_do_not_see_is_named(slurm, shared: Path, runs
 
 
 @pytest.mark.docker
+@pytest.mark.full  # 18-22 s on 2 cores: in CI's Slurm lane, beside the image builds (docs/testing.md)
 def test_a_recipe_runs_on_slurm_one_task_per_experiment_and_gpu_type_judged_per_type(
         slurm, shared: Path, default_image: str, runs: list[Path], tmp_path: Path, monkeypatch) -> None:
     """The small recipe of tests/recipe_fixtures.py, built here on kernellab:cpu (two one-line steps), run through

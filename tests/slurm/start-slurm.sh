@@ -3,7 +3,7 @@
 # them): munged, slurmctld and slurmd as root, no systemd, no cgroups, no accounting (sacct refuses,
 # as on many real clusters). The node offers stand-in GPU types gpu:h100:1 and gpu:a100:1 (any
 # existing file stands in for a device) and claims 4 CPUs so that tasks run side by side.
-# Idempotent; prints `slurm ready` once sinfo shows the node. Stop it with tests/slurm/stop-slurm.sh.
+# Idempotent; prints `slurm ready` once sinfo shows the node. Stop it with `pkill -x slurmd; pkill -x slurmctld`.
 set -euo pipefail
 [ "$(id -u)" = 0 ] || { echo "start-slurm.sh: needs root (Slurm's daemons run as root here)" >&2; exit 1; }
 for tool in munged slurmctld slurmd sbatch; do
