@@ -149,8 +149,9 @@ def default_image(docker_client, tmp_path_factory) -> str:
     docker = engine.by_name("docker")
     spec = builder.resolve_request(target="cpu", engine=docker)
     ref = "kernellab:cpu"
-    if not (docker.exists(ref) and docker.labels(ref).get("kernellab.spec-sha256") == spec.digest):
-        why = "is missing" if not docker.exists(ref) else "was built for another spec"
+    present = docker.exists(ref)
+    if not (present and docker.labels(ref).get("kernellab.spec-sha256") == spec.digest):
+        why = "was built for another spec" if present else "is missing"
         warnings.warn(f"{ref} {why}: built here, following the committed lock", stacklevel=2)
         builder.build(spec, lock="prefer", lock_dir=committed_locks(tmp_path_factory),
                      ca_certs=network.ca_certificates(), out=io.StringIO(), engine=docker)

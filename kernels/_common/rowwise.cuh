@@ -199,27 +199,30 @@ __device__ __forceinline__ bool few_blocks() {
 // A row-long vector every row uses (a weight, a bias): with few packs per thread (short rows, or few rows
 // spread over many threads) loaded into registers up front, its latency (from DRAM, the first time) then
 // hidden behind the row's reductions; at 4 float32 packs a thread also when the rows are few (decoding: one
-// row per SM, nothing else to wait on; 4 rows of 8192 float32 on the H100: layernorm 3.80 -> 3.13 us, rmsnorm
-// 3.25 -> 2.76 us); else loaded where used (from L1 or L2: other rows brought it there), and
-// asked into L2 up front when the rows are few.
+// row per SM, nothing else to wait on; 4 rows of 8192 float32 on the H100: layernorm 3.80 -> 3.14 us, rmsnorm
+// 3.25 -> 2.77 us); else loaded where used (from L1 or L2: other rows brought it there), and asked into L2 up
+// front when the rows are few.
 template <typename P, int PER>
 struct RowVector {
   static constexpr bool kHeld = PER > 0 && PER <= 2;
   // Only for float32: 2-byte packs of 4 lost 3-16% at many rows to the registers it reserves (8192x5120 fp16
   // layernorm: 58.7 -> 68.0 us on the H100).
   static constexpr bool kHeldWhenFew = PER == 4 && sizeof(P::v[0]) == 4;
+  static constexpr bool kRegisters = kHeld || kHeldWhenFew;  // v[] has room for the thread's packs
   const P* in;
-  P v[kHeld || kHeldWhenFew ? PER : 1];
+  P v[kRegisters ? PER : 1];
   bool held = kHeld;
 
   template <typename Row>
   __device__ __forceinline__ RowVector(const P* vec, const Row& row) : in(vec) {
-    if constexpr (kHeldWhenFew) held = few_blocks();
-    if (kHeld || (kHeldWhenFew && held)) {
+    if constexpr (kRegisters) {
+      if constexpr (kHeldWhenFew) held = few_blocks();
+      if (held) {
 #pragma unroll
-      for (int i = 0; i < (kHeld || kHeldWhenFew ? PER : 1); ++i) {
-        const int k = row.lane + i * row.group;
-        if (k < row.packs) v[i] = load_pack(in + k);
+        for (int i = 0; i < PER; ++i) {
+          const int k = row.lane + i * row.group;
+          if (k < row.packs) v[i] = load_pack(in + k);
+        }
       }
     } else if constexpr (PER > 0) {
       // Not held: with a handful of rows it would come from DRAM only after the row's reductions (on the
