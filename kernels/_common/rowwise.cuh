@@ -27,6 +27,10 @@ constexpr int kRowBlockThreads = 256;  // threads per block when several rows sh
 // Few rows (decoding) are spread over up to this many threads each: on the H100, 4 rows of 8192 took
 // 38.1 us over six cases with 512, 40.9 us with 1024 and 42.8 us with 256.
 constexpr int kRowSpreadThreads = 512;
+// Splitting such a row over a thread-block cluster (sm_90: 2 to 16 blocks on as many SMs, the reduction through
+// distributed shared memory) was tried and left out: 4 rows of 8192 float32, layernorm's forward kernel took
+// 3.25 us alone and 3.87-3.97 us in clusters of 2 to 8, rmsnorm's and softmax's likewise; the loads of one SM
+// are not what limits a handful of rows (H100, 2026-11-28).
 
 struct RowPlan {
   int pack = 1;            // elements per access: 16 bytes' worth, or 1 when the rows are not 16-byte aligned
@@ -465,6 +469,66 @@ __global__ void __launch_bounds__(256) column_sums_serial(const float* __restric
   float s = 0.f;
   for (int p = 0; p < parts; ++p) s += in[int64_t(p) * cols];
   (blockIdx.y == 0 ? out0 : out1)[c] = from_float<T>(s);
+}
+
+// A handful of rows (decoding) asks for no partial rows: the backward kernel stores each row's statistics
+// (mean and rstd; a mean of 0 for RMSNorm) and this kernel adds the weight's gradient up from x and grad_out
+// themselves, still in L2 (the backward kernel has just read them): dw = sum over rows of grad_out * xhat, and
+// db = sum over rows of grad_out when db is given. A thread per column; the rows' loads issued together.
+// On the H100 (4 rows of 8192) the partial rows had the backward kernel storing twice (fp32) to four times
+// (fp16) the bytes of grad_x, and column_sums reading them back: what torch.compile's backward does not do.
+template <typename T>
+__global__ void __launch_bounds__(256) weight_grads(const T* __restrict__ dy, const T* __restrict__ x,
+                                                    const float2* __restrict__ stats, int rows, int cols,
+                                                    T* __restrict__ dw, T* __restrict__ db) {
+  const int c = blockIdx.x * 256 + threadIdx.x;
+  if (c >= cols) return;
+  float gw = 0.f, gb = 0.f;
+  // Four rows at a time, their loads issued before any is used (`#pragma unroll` left a handful of rows to a
+  // remainder loop of one row, and one L2 round trip, per turn: 2.2 us for 4 rows of 8192 on the H100).
+  const T* pdy = dy + c;
+  const T* px = x + c;
+#pragma unroll 1
+  for (int r0 = 0; r0 < rows; r0 += 4, pdy += 4 * int64_t(cols), px += 4 * int64_t(cols)) {
+    T g[4], v[4];
+    float2 st[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const bool in = r0 + j < rows;
+      g[j] = in ? pdy[j * int64_t(cols)] : from_float<T>(0.f);
+      v[j] = in ? px[j * int64_t(cols)] : from_float<T>(0.f);
+      st[j] = in ? stats[r0 + j] : make_float2(0.f, 0.f);
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float gf = to_float(g[j]);
+      gw = fmaf(gf, (to_float(v[j]) - st[j].x) * st[j].y, gw);
+      gb += gf;
+    }
+  }
+  dw[c] = from_float<T>(gw);
+  if (db != nullptr) db[c] = from_float<T>(gb);
+}
+
+// A backward plan whose weight gradients come from row statistics (weight_grads) instead of partial rows and
+// column_sums: at most 32 rows, 16-byte packs, in registers at up to 4 packs a thread (the kernels compiled with
+// that path, STATS; a statistics branch in every variant had ptxas spill 20 more bytes in rmsnorm's
+// <float, 4, 8>, whose 2048x14336 backward went from 134 to 146 us on the H100).
+constexpr int64_t kRowStatsMaxRows = 32;
+constexpr int kRowStatsMaxPer = 4;
+inline bool backward_uses_stats(const RowPlan& p, int64_t rows) {
+  return rows <= kRowStatsMaxRows && p.pack > 1 && p.per_thread >= 1 && p.per_thread <= kRowStatsMaxPer;
+}
+
+// Floats of a norm's backward workspace: partial rows (`partial_floats`), or a float2 of statistics per row.
+inline int64_t backward_workspace(const RowPlan& p, int64_t rows, int64_t partial_floats) {
+  return backward_uses_stats(p, rows) ? 2 * rows : partial_floats;
+}
+
+template <typename T>
+void launch_weight_grads(const T* dy, const T* x, const float2* stats, int rows, int cols, T* dw, T* db,
+                         cudaStream_t stream) {
+  weight_grads<T><<<static_cast<unsigned>((cols + 255) / 256), 256, 0, stream>>>(dy, x, stats, rows, cols, dw, db);
 }
 
 // out0 (and out1 when outputs == 2) = the column sums of `parts` partial rows of cols floats each.

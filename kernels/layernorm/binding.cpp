@@ -28,7 +28,8 @@ void layernorm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& 
 }
 
 // The backward (op.toml's [backward]): the row statistics recomputed from x; bias and out are every backward's
-// arguments but unused here. A float32 workspace holds the per-block partial sums of grad_weight and grad_bias.
+// arguments but unused here. A float32 workspace holds the per-block partial sums of grad_weight and grad_bias,
+// or (a handful of rows) each row's mean and rstd.
 void layernorm_backward(const at::Tensor& grad_out, const at::Tensor& x, const at::Tensor& weight,
                         const at::Tensor& bias, const at::Tensor& out, at::Tensor& grad_x, at::Tensor& grad_weight,
                         at::Tensor& grad_bias, double eps) {

@@ -4,7 +4,9 @@
 //   grad_b = sum over rows of grad_out.
 // A group of threads per row as in the forward, x and grad_out held in registers (read once); a grid of
 // as many blocks as fit at once, each looping over rows and keeping its columns' grad_w and grad_b sums in
-// registers, then one row of float32 partials per block, added up by kl::column_sums. Everything a row
+// registers, then one row of float32 partials per block, added up by kl::column_sums; a handful of rows
+// (decoding) instead stores each row's mean and rstd, and kl::weight_grads sums the columns from x and
+// grad_out (kl::backward_uses_stats: no partial rows, four times grad_x's bytes at fp16). Everything a row
 // needs is one reduction of four sums (d, d^2, gw, gw * d with d = x - x[0]): mean(gw * xhat) is
 // rstd * (mean(gw * d) - mean(d) * mean(gw)), so the statistics and the gradient's two means are reduced
 // together; three reductions in turn had left the 4096x4096 rows at 0.87x of Liger-Kernel's (which reads a
@@ -24,7 +26,7 @@ __device__ __forceinline__ G make_grad_row(const P* row, int packs, const kl::Ro
   }
 }
 
-template <typename T, int N, int PER>
+template <typename T, int N, int PER, bool STATS = false>
 __global__ void __launch_bounds__(kl::backward_block_limit<N, PER>(), kl::backward_min_blocks<N, PER>())
     layernorm_backward_kernel(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
                               T* __restrict__ dx, float* __restrict__ partial, int64_t rows, int64_t cols, float eps,
@@ -67,6 +69,7 @@ __global__ void __launch_bounds__(kl::backward_block_limit<N, PER>(), kl::backwa
     const float mean_d = s.x * inv_cols, mean = x0 + mean_d;
     const float rstd = rsqrtf(fmaxf(s.y * inv_cols - mean_d * mean_d, 0.f) + eps);
     const float a = s.z * inv_cols, b = rstd * (s.w * inv_cols - mean_d * a);  // mean(gw), mean(gw * xhat)
+    if (STATS && valid && lane == 0) reinterpret_cast<float2*>(partial)[row] = make_float2(mean, rstd);
     P* out = reinterpret_cast<P*>(dx + offset);
     xr.for_each([&](const P& p, int k, int i) {
       const P g = gr.at(k, i), wk = kl::load_pack(pw + k);
@@ -80,12 +83,16 @@ __global__ void __launch_bounds__(kl::backward_block_limit<N, PER>(), kl::backwa
         o.v[j] = kl::from_float<T>(rstd * (gf[j] * kl::to_float(wk.v[j]) - fmaf(xhat, b, a)));
       }
       kl::store_pack(out + k, o);
-      sum_w.add(k, i, gx, part_w);
-      sum_b.add(k, i, gf, part_b);
+      if constexpr (!STATS) {
+        sum_w.add(k, i, gx, part_w);
+        sum_b.add(k, i, gf, part_b);
+      }
     });
   }
-  sum_w.write(part_w, shared, packs, lane, group, static_cast<int>(cols));
-  sum_b.write(part_b, shared, packs, lane, group, static_cast<int>(cols));
+  if constexpr (!STATS) {
+    sum_w.write(part_w, shared, packs, lane, group, static_cast<int>(cols));
+    sum_b.write(part_b, shared, packs, lane, group, static_cast<int>(cols));
+  }
 }
 
 template <typename T>
@@ -100,7 +107,8 @@ template <typename T>
 int64_t workspace(const T* dy, const T* x, const T* w, const T* dx, const T* dw, const T* db, int64_t rows,
                   int64_t cols) {
   if (rows == 0 || cols == 0) return 0;
-  return 2 * kl::backward_grid_bound(plan(dy, x, w, dx, dw, db, rows, cols), kl::sm_count()) * cols;
+  const kl::RowPlan p = plan(dy, x, w, dx, dw, db, rows, cols);
+  return kl::backward_workspace(p, rows, 2 * kl::backward_grid_bound(p, kl::sm_count()) * cols);
 }
 
 template <typename T>
@@ -115,6 +123,8 @@ cudaError_t launch(const T* dy, const T* x, const T* w, T* dx, T* dw, T* db, flo
   const kl::RowPlan p = plan(dy, x, w, dx, dw, db, rows, cols);
   const int sms = kl::sm_count();
   const size_t smem = p.rows_per_block > 1 ? cols * sizeof(float) : 0;
+  // A handful of rows: each row's statistics (in the workspace), and the weight's gradients from them.
+  const bool stats = kl::backward_uses_stats(p, rows);
   int grid = 0;
   auto go = [&](auto kernel) {
     grid = kl::backward_grid(kernel, p, smem, sms);
@@ -124,10 +134,20 @@ cudaError_t launch(const T* dy, const T* x, const T* w, T* dx, T* dw, T* db, flo
   if (p.pack == 1) {
     kl::dispatch_per_thread(p.per_thread, [&](auto per) { go(layernorm_backward_kernel<T, 1, decltype(per)::value>); });
   } else {
-    kl::dispatch_per_thread<32 / kl::kPack16<T>>(p.per_thread,
-                            [&](auto per) { go(layernorm_backward_kernel<T, kl::kPack16<T>, decltype(per)::value>); });
+    kl::dispatch_per_thread<32 / kl::kPack16<T>>(p.per_thread, [&](auto per) {
+      constexpr int PER = decltype(per)::value;
+      if constexpr (PER >= 1 && PER <= kl::kRowStatsMaxPer) {
+        if (stats) return go(layernorm_backward_kernel<T, kl::kPack16<T>, PER, true>);
+      }
+      go(layernorm_backward_kernel<T, kl::kPack16<T>, PER>);
+    });
   }
-  kl::launch_column_sums<T>(ws, grid, static_cast<int>(cols), dw, db, 2, stream);
+  if (stats) {
+    kl::launch_weight_grads<T>(dy, x, reinterpret_cast<const float2*>(ws), static_cast<int>(rows), static_cast<int>(cols),
+                               dw, db, stream);
+  } else {
+    kl::launch_column_sums<T>(ws, grid, static_cast<int>(cols), dw, db, 2, stream);
+  }
   return cudaGetLastError();
 }
 

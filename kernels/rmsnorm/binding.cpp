@@ -27,7 +27,7 @@ void rmsnorm(const at::Tensor& x, const at::Tensor& weight, at::Tensor& out, dou
 }
 
 // The backward (op.toml's [backward]): rstd recomputed from x; out is every backward's argument but unused here.
-// A float32 workspace holds the per-block partial sums of grad_weight.
+// A float32 workspace holds the per-block partial sums of grad_weight, or (a handful of rows) each row's rstd.
 void rmsnorm_backward(const at::Tensor& grad_out, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& out,
                       at::Tensor& grad_x, at::Tensor& grad_weight, double eps) {
   kl::check_cuda_input(grad_out, kBackward, "grad_out", {at::kFloat, at::kHalf, at::kBFloat16});

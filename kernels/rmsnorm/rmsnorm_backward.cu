@@ -3,7 +3,8 @@
 //   grad_x = rstd * (gw - xhat * mean(gw * xhat)),  grad_w = sum over rows of grad_out * xhat.
 // A group of threads per row as in the forward, x and grad_out held in registers (read once); a grid of
 // as many blocks as fit at once, each looping over rows and keeping its columns' grad_w sums in registers,
-// then one row of float32 partials per block, added up by kl::column_sums. One reduction of two sums
+// then one row of float32 partials per block, added up by kl::column_sums (a handful of rows: each row's rstd,
+// and kl::weight_grads sums the columns from x and grad_out). One reduction of two sums
 // (x^2, gw * x) gives rstd and mean(gw * xhat) = rstd * mean(gw * x) at once.
 #include "kernellab.cuh"
 #include "rmsnorm.h"
@@ -20,7 +21,7 @@ __device__ __forceinline__ G make_grad_row(const P* row, int packs, const kl::Ro
   }
 }
 
-template <typename T, int N, int PER>
+template <typename T, int N, int PER, bool STATS = false>
 __global__ void __launch_bounds__(kl::backward_block_limit<N, PER>(), kl::backward_min_blocks<N, PER>())
     rmsnorm_backward_kernel(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
                               T* __restrict__ dx, float* __restrict__ partial, int64_t rows, int64_t cols, float eps,
@@ -58,6 +59,7 @@ __global__ void __launch_bounds__(kl::backward_block_limit<N, PER>(), kl::backwa
     s = kl::group_sum2(s, group);
     const float rstd = rsqrtf(s.x * inv_cols + eps);
     const float b = rstd * s.y * inv_cols;  // mean(gw * xhat)
+    if (STATS && valid && lane == 0) reinterpret_cast<float2*>(partial)[row] = make_float2(0.f, rstd);
     P* out = reinterpret_cast<P*>(dx + offset);
     xr.for_each([&](const P& p, int k, int i) {
       const P g = gr.at(k, i), wk = kl::load_pack(pw + k);
@@ -70,10 +72,10 @@ __global__ void __launch_bounds__(kl::backward_block_limit<N, PER>(), kl::backwa
         o.v[j] = kl::from_float<T>(rstd * (gf * kl::to_float(wk.v[j]) - xhat * b));
       }
       kl::store_pack(out + k, o);
-      sum_w.add(k, i, gx, part_w);
+      if constexpr (!STATS) sum_w.add(k, i, gx, part_w);
     });
   }
-  sum_w.write(part_w, shared, packs, lane, group, static_cast<int>(cols));
+  if constexpr (!STATS) sum_w.write(part_w, shared, packs, lane, group, static_cast<int>(cols));
 }
 
 template <typename T>
@@ -86,7 +88,8 @@ kl::RowPlan plan(const T* dy, const T* x, const T* w, const T* dx, const T* dw, 
 template <typename T>
 int64_t workspace(const T* dy, const T* x, const T* w, const T* dx, const T* dw, int64_t rows, int64_t cols) {
   if (rows == 0 || cols == 0) return 0;
-  return kl::backward_grid_bound(plan(dy, x, w, dx, dw, rows, cols), kl::sm_count()) * cols;
+  const kl::RowPlan p = plan(dy, x, w, dx, dw, rows, cols);
+  return kl::backward_workspace(p, rows, kl::backward_grid_bound(p, kl::sm_count()) * cols);
 }
 
 template <typename T>
@@ -100,6 +103,8 @@ cudaError_t launch(const T* dy, const T* x, const T* w, T* dx, T* dw, float* ws,
   const kl::RowPlan p = plan(dy, x, w, dx, dw, rows, cols);
   const int sms = kl::sm_count();
   const size_t smem = p.rows_per_block > 1 ? cols * sizeof(float) : 0;
+  // A handful of rows: each row's statistics (in the workspace), and the weight's gradients from them.
+  const bool stats = kl::backward_uses_stats(p, rows);
   int grid = 0;
   auto go = [&](auto kernel) {
     grid = kl::backward_grid(kernel, p, smem, sms);
@@ -109,10 +114,20 @@ cudaError_t launch(const T* dy, const T* x, const T* w, T* dx, T* dw, float* ws,
   if (p.pack == 1) {
     kl::dispatch_per_thread(p.per_thread, [&](auto per) { go(rmsnorm_backward_kernel<T, 1, decltype(per)::value>); });
   } else {
-    kl::dispatch_per_thread<32 / kl::kPack16<T>>(p.per_thread,
-                            [&](auto per) { go(rmsnorm_backward_kernel<T, kl::kPack16<T>, decltype(per)::value>); });
+    kl::dispatch_per_thread<32 / kl::kPack16<T>>(p.per_thread, [&](auto per) {
+      constexpr int PER = decltype(per)::value;
+      if constexpr (PER >= 1 && PER <= kl::kRowStatsMaxPer) {
+        if (stats) return go(rmsnorm_backward_kernel<T, kl::kPack16<T>, PER, true>);
+      }
+      go(rmsnorm_backward_kernel<T, kl::kPack16<T>, PER>);
+    });
   }
-  kl::launch_column_sums<T>(ws, grid, static_cast<int>(cols), dw, dw, 1, stream);
+  if (stats) {
+    kl::launch_weight_grads<T>(dy, x, reinterpret_cast<const float2*>(ws), static_cast<int>(rows), static_cast<int>(cols),
+                               dw, nullptr, stream);
+  } else {
+    kl::launch_column_sums<T>(ws, grid, static_cast<int>(cols), dw, dw, 1, stream);
+  }
   return cudaGetLastError();
 }
 
