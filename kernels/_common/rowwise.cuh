@@ -192,6 +192,16 @@ struct RowPrefetched {
   __device__ __forceinline__ P at(int k, int) const { return load_pack(in + k); }
 };
 
+// grad_out's row of a norm's backward as G holds it (RowPacks or RowPrefetched, by backward_prefetches_grad).
+template <typename G, typename P>
+__device__ __forceinline__ G make_grad_row(const P* row, int packs, const RowThread& t, bool valid) {
+  if constexpr (std::is_constructible_v<G, const P*, int, const RowThread&, bool>) {
+    return G(row, packs, t, valid);
+  } else {
+    return G(row, packs, t);
+  }
+}
+
 // True when the grid is a single partial wave (fewer blocks than SMs: a handful of rows, decoding): there
 // the kernel waits on memory latency, and a row-long vector is worth asking for early.
 __device__ __forceinline__ bool few_blocks() {
@@ -525,12 +535,6 @@ inline int64_t backward_workspace(const RowPlan& p, int64_t rows, int64_t partia
   return backward_uses_stats(p, rows) ? 2 * rows : partial_floats;
 }
 
-template <typename T>
-void launch_weight_grads(const T* dy, const T* x, const float2* stats, int rows, int cols, T* dw, T* db,
-                         cudaStream_t stream) {
-  weight_grads<T><<<static_cast<unsigned>((cols + 255) / 256), 256, 0, stream>>>(dy, x, stats, rows, cols, dw, db);
-}
-
 // out0 (and out1 when outputs == 2) = the column sums of `parts` partial rows of cols floats each.
 template <typename T>
 void launch_column_sums(const float* partial, int parts, int cols, T* out0, T* out1, int outputs,
@@ -542,6 +546,21 @@ void launch_column_sums(const float* partial, int parts, int cols, T* out0, T* o
   } else {
     column_sums<T><<<dim3(static_cast<unsigned>((cols + 31) / 32), y), 1024, 0, stream>>>(partial, parts, cols, out0,
                                                                                          out1);
+  }
+}
+
+// A norm backward's last step: the weight's gradient (and the bias's, when db is given) from its workspace,
+// the rows' statistics through weight_grads (`stats`: backward_uses_stats) or `parts` partial rows through
+// column_sums.
+template <typename T>
+void launch_weight_grads(bool stats, const T* dy, const T* x, const float* ws, int parts, int64_t rows, int64_t cols,
+                         T* dw, T* db, cudaStream_t stream) {
+  const int n = static_cast<int>(cols);
+  if (stats) {
+    weight_grads<T><<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(
+        dy, x, reinterpret_cast<const float2*>(ws), static_cast<int>(rows), n, dw, db);
+  } else {
+    launch_column_sums<T>(ws, parts, n, dw, db != nullptr ? db : dw, db != nullptr ? 2 : 1, stream);
   }
 }
 

@@ -17,15 +17,6 @@
 
 namespace {
 
-template <typename G, typename P>
-__device__ __forceinline__ G make_grad_row(const P* row, int packs, const kl::RowThread& t, bool valid) {
-  if constexpr (std::is_constructible_v<G, const P*, int, const kl::RowThread&, bool>) {
-    return G(row, packs, t, valid);
-  } else {
-    return G(row, packs, t);
-  }
-}
-
 template <typename T, int N, int PER, bool STATS = false>
 __global__ void __launch_bounds__(kl::backward_block_limit<N, PER>(), kl::backward_min_blocks<N, PER>())
     layernorm_backward_kernel(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
@@ -51,7 +42,7 @@ __global__ void __launch_bounds__(kl::backward_block_limit<N, PER>(), kl::backwa
     // grad_out held in registers as x is (kl::backward_prefetches_grad, four running sums: or prefetched into L1).
     using G = std::conditional_t<kl::backward_prefetches_grad<N, PER, 4>(), kl::RowPrefetched<P, PER>,
                                  kl::RowPacks<P, PER>>;
-    const G gr = make_grad_row<G>(reinterpret_cast<const P*>(dy + offset), valid ? packs : 0, t, valid);
+    const G gr = kl::make_grad_row<G>(reinterpret_cast<const P*>(dy + offset), valid ? packs : 0, t, valid);
     const float x0 = valid ? kl::to_float(x[offset]) : 0.f;  // the shift
     float4 s = {0.f, 0.f, 0.f, 0.f};  // sums of d, d^2, gw, gw * d
     xr.for_each([&](const P& p, int k, int i) {
@@ -142,12 +133,7 @@ cudaError_t launch(const T* dy, const T* x, const T* w, T* dx, T* dw, T* db, flo
       go(layernorm_backward_kernel<T, kl::kPack16<T>, PER>);
     });
   }
-  if (stats) {
-    kl::launch_weight_grads<T>(dy, x, reinterpret_cast<const float2*>(ws), static_cast<int>(rows), static_cast<int>(cols),
-                               dw, db, stream);
-  } else {
-    kl::launch_column_sums<T>(ws, grid, static_cast<int>(cols), dw, db, 2, stream);
-  }
+  kl::launch_weight_grads<T>(stats, dy, x, ws, grid, rows, cols, dw, db, stream);
   return cudaGetLastError();
 }
 
