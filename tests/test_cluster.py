@@ -731,6 +731,15 @@ def test_outcome_from_the_status_file_or_slurms_state(tmp_path: Path, monkeypatc
     o = follow.outcome(p, timed_out, slurm.TaskState("TIMEOUT", "TimeLimit", "0:15"))
     assert (o.state, o.detail, o.status, o.log) == ("timeout", "ran past its time limit", {}, "")
     assert follow.outcome(p, timed_out, slurm.TaskState("CANCELLED")).state == "cancelled"
+    # Slurm's SIGTERM at the limit can reach the command before the runner, which then records exit -15:
+    # Slurm's state says why it ended, and the status file is kept.
+    node.write_status(p.status_file(timed_out), {"exit": -15, "host": "node7"})
+    o = follow.outcome(p, timed_out, slurm.TaskState("TIMEOUT", "TimeLimit", "0:15"))
+    assert (o.state, o.detail, o.status["host"]) == ("timeout", "ran past its time limit", "node7")
+    assert follow.outcome(p, timed_out, slurm.TaskState("OUT_OF_MEMORY")).detail == "ran out of memory"
+    node.write_status(p.status_file(timed_out), {"exit": 0})  # finished just as the limit came: done
+    assert follow.outcome(p, timed_out, slurm.TaskState("TIMEOUT")).state == "done"
+    p.status_file(timed_out).unlink()
     # Ended with neither log nor status: Slurm could not even open the log, so the node never saw the folder.
     for state, outcome, said in (("FAILED", "failed", "failed (exit 1:0) "), ("COMPLETED", "lost", "ended (completed) ")):
         o = follow.outcome(p, timed_out, slurm.TaskState(state, exit="1:0"))

@@ -118,6 +118,16 @@ def follow(plan: Plan, pairs: Sequence[tuple[Task, str]], out: IO[str], poll_s: 
     return [outcome(plan, t, ended[t.key]) for t in tasks]
 
 
+#: Slurm's final states for a task it stopped from outside, as (outcome, detail): these say why a task ended
+#: even when its status file records the signal's exit code.
+STOPPED = {"TIMEOUT": ("timeout", "ran past its time limit"),
+           "CANCELLED": ("cancelled", "was cancelled"),
+           "PREEMPTED": ("preempted", "was preempted by another job"),
+           "NODE_FAIL": ("failed", "lost its node (NODE_FAIL)"),
+           "OUT_OF_MEMORY": ("failed", "ran out of memory"),
+           "DEADLINE": ("cancelled", "never finished: it reached its deadline (DEADLINE)")}
+
+
 def outcome(plan: Plan, task: Task, st: slurm.TaskState) -> Outcome:
     """How a task ended: its status file says, else Slurm's last state of it (st) and whether it left a log."""
     path = plan.status_file(task)
@@ -130,6 +140,11 @@ def outcome(plan: Plan, task: Task, st: slurm.TaskState) -> Outcome:
         code = status.get("exit")
         if code == 0:
             return Outcome(task, "done", "", status, log)
+        if st.state in STOPPED:
+            # Slurm stopped it (SIGTERM at the time limit, scancel, ...); the runner can outlive its command by
+            # a moment and record the signal's exit (-15), but why it stopped is Slurm's to say.
+            state, detail = STOPPED[st.state]
+            return Outcome(task, state, detail, status, log)
         return Outcome(task, "failed", status.get("error") or f"exited with {code}", status, log)
     shared = Path(plan.rundir).parent.parent
     # Slurm opens a started task's log before anything runs: a task that ran (or failed) without one
@@ -146,13 +161,7 @@ def outcome(plan: Plan, task: Task, st: slurm.TaskState) -> Outcome:
         return Outcome(task, "cancelled", "ended before it started: it left the queue while pending, without a "
                                           "log (cancelled with scancel or removed by the scheduler); "
                                           f"`--resume {plan.run}` runs it again", {}, log)
-    words = {"TIMEOUT": ("timeout", "ran past its time limit"),
-             "CANCELLED": ("cancelled", "was cancelled"),
-             "PREEMPTED": ("preempted", "was preempted by another job"),
-             "NODE_FAIL": ("failed", "lost its node (NODE_FAIL)"),
-             "OUT_OF_MEMORY": ("failed", "ran out of memory"),
-             "BOOT_FAIL": ("failed", "never started: its node failed to boot (BOOT_FAIL)"),
-             "DEADLINE": ("cancelled", "never finished: it reached its deadline (DEADLINE)"),
+    words = {**STOPPED, "BOOT_FAIL": ("failed", "never started: its node failed to boot (BOOT_FAIL)"),
              "FAILED": ("failed", f"failed before kernellab's task runner reported (exit {st.exit or '?'})")}
     if st.state in words:
         state, detail = words[st.state]
