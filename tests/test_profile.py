@@ -1,6 +1,6 @@
 """invoke profile / sanitize without a GPU: ncu's command line, reading ncu's CSV export (kernellab.nsight.ncu),
 the summary table (kernellab.nsight.report), compute-sanitizer's output and what `invoke sanitize` prints
-from it (both captured on the H100 machine, in tests/data/), and doctor's view of counter permissions from
+from it (captured on the H100 and H200 machines, in tests/data/), and doctor's view of counter permissions from
 stand-in driver params files."""
 from __future__ import annotations
 
@@ -53,6 +53,37 @@ def test_the_h100_report_reads_back_as_one_kernel_summary() -> None:
     assert k["limiter"] == "memory (L2)"  # L2 83.06% beside DRAM 81.33% and L1 30.54%
     assert [s["reason"] for s in k["stalls"]] == ["long_scoreboard", "short_scoreboard", "mio_throttle"]
     assert "selected" not in {s["reason"] for s in k["stalls"]}  # issuing is not a stall
+
+
+def test_the_full_set_names_spills_bank_conflicts_and_shared_atomics() -> None:
+    """Nsight Compute's full set on the H200, layernorm's fp16 backward at 16384x1024 (the block's row groups then
+    added through a float atomicAdd into shared memory): what the summary's hazards say, and that a kernel without
+    any (column_sums) says none, and a basic-set profile n/a."""
+    backward, sums = map(ncu.summarize, ncu.parse_raw_csv((DATA / "ncu-raw-layernorm-backward-h200-full.csv").read_text()))
+    assert backward["kernel"] == "layernorm_backward_kernel" and sums["kernel"] == "column_sums"
+    assert (backward["spill_accesses"], backward["shared_atomics"]) == (888_960, 1_098_361)
+    assert backward["hazards"] == ["register spills: 889K local loads and stores",
+                                   "shared bank conflicts: 48% of 8.3M shared wavefronts",
+                                   "shared atomics: 1.1M (a float one is a compare-and-swap loop)"]
+    assert sums["hazards"] == []  # 6208 shared wavefronts, no conflict
+    basic = ncu.summarize(ncu.parse_raw_csv((DATA / "ncu-raw-softmax-h100.csv").read_text())[0])
+    assert basic["hazards"] is None and basic["spill_accesses"] is None
+    doc = {"op": "layernorm", "shape": {"rows": 16384, "cols": 1024}, "dtype": "float16", "gpu": "H200", "mode": "ncu",
+           "set": "full", "warmup_calls": 3, "seconds": 12.0, "ncu": {"version": "2025.3"},
+           "impls": {"kernellab": {"role": "candidate", "kernels": [backward, sums]},
+                     "eager": {"role": "baseline", "kernels": [basic]}}}
+    rows = [line for line in report.to_markdown(doc).splitlines() if line.startswith("| ")]
+    assert rows[0].endswith("| top stalls | hazards |")
+    assert rows[1].endswith("| register spills: 889K local loads and stores; shared bank conflicts: 48% of 8.3M "
+                            "shared wavefronts; shared atomics: 1.1M (a float one is a compare-and-swap loop) |")
+    assert rows[2].startswith("| kernellab (candidate) | `column_sums` |") and rows[2].endswith("| none |")
+    assert rows[3].endswith("| n/a |")
+
+
+@pytest.mark.parametrize("n, text", [(0, "0"), (999, "999"), (1234, "1.2K"), (888_960, "889K"), (8_300_780, "8.3M"),
+                                     (12_000_000_000, "12G")])
+def test_counts_are_short(n: float, text: str) -> None:
+    assert ncu.short_count(n) == text
 
 
 def test_units_other_than_the_base_ones_are_converted() -> None:

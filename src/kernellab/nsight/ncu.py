@@ -5,7 +5,8 @@ caches flushed before each kernel, the basic set plus warp stalls and DRAM bytes
 regex), the export of a report (`import_argv`: `ncu --import REPORT --csv --page raw`, ncu's own export,
 not its console text), reading that CSV back (`parse_raw_csv`), one kernel's summary from its row
 (`summarize`: duration, DRAM/L2/SM throughput as % of peak, DRAM GB/s, occupancy, registers, shared
-memory, the limiter and the top warp-stall reasons), ncu's version, and one sentence for a failed ncu run
+memory, the limiter, the top warp-stall reasons and, from the full set, `hazards`: register spills, shared bank
+conflicts, shared atomics), ncu's version, and one sentence for a failed ncu run
 (`explain_failure`). Where ncu is installed is kernellab.nsight.tools; the task that runs it is kernellab.nsight.profile.
 """
 from __future__ import annotations
@@ -42,6 +43,17 @@ METRICS = {
     "dram_read_bytes": "dram__bytes_read.sum",
     "dram_write_bytes": "dram__bytes_write.sum",
 }
+#: What a kernel writer fixes first, from the full set's memory tables (the basic set lacks them): local-memory
+#: accesses of register spills, shared-memory wavefronts and the bank conflicts among them, and shared-memory
+#: atomics (a float atomicAdd on shared memory is a compare-and-swap loop: LDS + ATOMS.CAST.SPIN).
+HAZARD_METRICS = {
+    "spill_accesses": "sass__inst_executed_register_spilling",
+    "shared_wavefronts": "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum",
+    "shared_bank_conflicts": "l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum",
+    "shared_atomics": "smsp__inst_executed_op_shared_atom.sum",
+}
+#: Bank conflicts are named from this share of the shared-memory wavefronts up.
+CONFLICTS_PCT = 10.0
 _STALL = re.compile(r"^smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$")
 #: Above this % of peak a unit is the limiter (Nsight Compute's own rule of thumb for "bound").
 BOUND_PCT = 60.0
@@ -139,7 +151,36 @@ def summarize(row: dict[str, Any]) -> dict[str, Any]:
                     key=lambda kv: -kv[1])
     stalls = [(reason, v) for reason, v in stalls if reason != "selected" and v > 0]  # selected: issuing, no stall
     out["stalls"] = [{"reason": reason, "cycles_per_issue": round(v, 3)} for reason, v in stalls[:3]]
+    out.update({key: row.get(metric) if isinstance(row.get(metric), float) else None
+                for key, metric in HAZARD_METRICS.items()})
+    out["hazards"] = hazards(out)
     return out
+
+
+def hazards(k: dict[str, Any]) -> list[str] | None:
+    """Register spills, shared-memory bank conflicts and shared atomics in a kernel's summary, in words: [] when it
+    has none, None when the profile did not measure them (the basic set)."""
+    if all(k.get(key) is None for key in HAZARD_METRICS):
+        return None
+    found = []
+    if k.get("spill_accesses"):
+        found.append(f"register spills: {short_count(k['spill_accesses'])} local loads and stores")
+    wavefronts, conflicts = k.get("shared_wavefronts"), k.get("shared_bank_conflicts")
+    if wavefronts and conflicts and 100 * conflicts / wavefronts >= CONFLICTS_PCT:
+        found.append(f"shared bank conflicts: {100 * conflicts / wavefronts:.0f}% of {short_count(wavefronts)} shared "
+                     "wavefronts")
+    if k.get("shared_atomics"):
+        found.append(f"shared atomics: {short_count(k['shared_atomics'])} (a float one is a compare-and-swap loop)")
+    return found
+
+
+def short_count(n: float) -> str:
+    """1234 -> 1.2K, 888960 -> 889K, 8300780 -> 8.3M."""
+    for size, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "K")):
+        if n >= size:
+            value = n / size
+            return f"{value:.1f}{suffix}" if value < 10 else f"{value:.0f}{suffix}"
+    return f"{n:.0f}"
 
 
 def _in_base_unit(value: float, unit: str) -> float:

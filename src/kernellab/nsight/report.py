@@ -23,6 +23,10 @@ def _fmt(value: float | None, spec: str = ".1f", suffix: str = "") -> str:
     return "–" if value is None else f"{value:{spec}}{suffix}"
 
 
+def _hazards(found: list[str] | None) -> str:
+    return "n/a" if found is None else "; ".join(found) or "none"
+
+
 def to_markdown(doc: dict[str, Any]) -> str:
     """The summary table: one row per profiled kernel, candidates first, then baselines."""
     dims = ", ".join(f"{k}={v}" for k, v in doc["shape"].items())
@@ -35,8 +39,8 @@ def to_markdown(doc: dict[str, Any]) -> str:
     lines += [f"Nsight Compute {ncu['version'] or '?'}, `--set {doc['set']}`, clocks locked to base, caches flushed "
               f"before each kernel; the call after {doc['warmup_calls']} warm-up calls.", "",
               "| impl | kernel | time | DRAM % | L2 % | SM % | DRAM GB/s | occupancy (achieved / theoretical) "
-              "| regs | smem | limiter | top stalls |",
-              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+              "| regs | smem | limiter | top stalls | hazards |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|"]
     for impl, info in doc["impls"].items():
         for k in info["kernels"]:
             stalls = ", ".join(f"{s['reason']} {s['cycles_per_issue']:.1f}" for s in k["stalls"]) or "–"
@@ -46,9 +50,10 @@ def to_markdown(doc: dict[str, Any]) -> str:
             lines.append(f"| {impl} ({info['role']}) | `{name}` | {_fmt(time_us, '.1f', ' µs')} | {_fmt(k['dram_pct'])} "
                          f"| {_fmt(k['l2_pct'])} | {_fmt(k['sm_pct'])} | {_fmt(k['dram_gbps'], '.0f')} | {occupancy} "
                          f"| {_fmt(k['registers'], '.0f')} | {_fmt(k['shared_bytes'], '.0f', ' B')} | {k['limiter']} "
-                         f"| {stalls} |")
+                         f"| {stalls} | {_hazards(k.get('hazards'))} |")
     total = sum(len(i["kernels"]) for i in doc["impls"].values())
     lines += ["", f"{total} kernels profiled in {doc['seconds']:.1f} s ({doc['seconds'] / max(total, 1):.1f} s per kernel, "
               "the op's load and warm-up included). Stalls: cycles per issued instruction a warp spent stalled "
-              "for that reason."]
+              "for that reason. Hazards: register spills, shared-memory bank conflicts and shared atomics, from "
+              "`--set full` (n/a in the basic set)."]
     return "\n".join(lines) + "\n"
