@@ -172,6 +172,30 @@ def test_profile_timeline_is_a_job_of_its_own_that_borrows_the_hosts_nsys() -> N
     assert "--calls" in job.argv and "5" in job.argv and "--seconds" in job.argv and "--system" in job.argv
     assert job.tools == ("nsys",) and job.results == "--out"
     assert jobs.profile("softmax").tools == ("ncu",)
+    assert "--pass" not in job.argv  # the forward, the default
+    back = jobs.profile("layernorm", timeline=True, which="backward")
+    assert back.argv[back.argv.index("--pass") + 1] == "backward"
+
+
+def test_a_backward_timeline_says_which_pass_it_captured() -> None:
+    from kernellab.nsight import op_timeline
+
+    rows = [{"kernel": "layernorm_backward_kernel", "launches": 4, "per_call": 1, "per_call_ns": 40_000,
+             "total_ns": 160_000, "mean_ns": 40_000, "share": 0.95}]
+    summary = {"role": "candidate", "calls": 4, "kernels_per_call": 2, "gpu_us_per_call": 42.0, "idle_us_per_call": 1.5,
+               "first_kernel_us": 9.0, "call_us": 60.0, "copies_per_call": 0, "kernels": rows}
+    doc = {"op": "layernorm", "shape": {"rows": 16384, "cols": 1024}, "dtype": "float16", "gpu": "H200",
+           "which": "backward", "nsys": {"version": "2025.3.1", "schema": "3.15"}, "warmup_calls": 3, "calls": 4,
+           "report": "r.nsys-rep", "seconds_limit": None, "impls": {"kernellab": summary}}
+    text = op_timeline.markdown(doc)
+    assert text.startswith("# Timeline: layernorm (rows=16384, cols=1024, float16, backward) on H200\n")
+    assert ("each after an L2 flush, the GPU synchronised after each, through autograd as the bench times them (each "
+            "backward's forward run before the flush, outside the call). ") in text
+    assert "| kernellab (candidate) | 2 | 42.0 µs |" in text and "`layernorm_backward_kernel`" in text
+    full = op_timeline.markdown(dict(doc, which="full"))
+    assert "float16, full pass) on H200" in full and "through autograd as the bench times them. " in full
+    forward = op_timeline.markdown({k: v for k, v in doc.items() if k != "which"})  # a timeline.json of before --pass
+    assert "(rows=16384, cols=1024, float16) on H200" in forward and "autograd" not in forward
 
 
 def test_an_importer_that_is_missing_or_cannot_start_is_one_sentence(tmp_path: Path) -> None:
@@ -311,6 +335,9 @@ def test_profile_timeline_without_nsys_or_without_a_gpu_is_one_sentence(tmp_path
                                    "(docs/profile.md).")
     cpu = _timeline("-k", "rmsnorm_cpu", "--out", str(tmp_path))
     assert cpu.stderr.strip() == "kernellab: rmsnorm_cpu is a CPU op: a GPU timeline shows GPU kernels only."
+    no_backward = _timeline("-k", "vector_add", "--pass", "backward", "--out", str(tmp_path))
+    assert no_backward.stderr.strip() == ("kernellab: --pass backward: vector_add's passes are forward (its op.toml "
+                                          "declares no [backward]).")
     try:
         import torch
     except ImportError:

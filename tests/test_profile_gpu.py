@@ -110,6 +110,25 @@ def test_every_shipped_op_is_clean_under_every_tool(op: str) -> None:
         assert f"{tool}: clean" in result.stdout
 
 
+def test_a_backward_timeline_holds_the_backwards_kernels_and_not_the_forwards(tmp_path: Path) -> None:
+    """--pass backward: each call is torch.autograd.grad of a forward run before it, outside the call's range, so the
+    candidate's calls hold its backward kernels and no forward kernel; every implementation is captured."""
+    if tools.find("nsys") is None:
+        pytest.fail("nsys is not installed here; the GPU machine has it inside Nsight Compute's folder")
+    result = kernellab("kernellab.nsight.op_timeline", "-k", "layernorm", "--pass", "backward", "--calls", "3",
+                       "--out", str(tmp_path))
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    folder = tmp_path / "timeline"
+    doc = json.loads((folder / "timeline.json").read_text())
+    assert doc["which"] == "backward" and set(doc["impls"]) == {"kernellab", "eager", "compile"}
+    names = [r["kernel"] for r in doc["impls"]["kernellab"]["kernels"]]
+    assert any("layernorm_backward_kernel" in n for n in names), names
+    assert not any("layernorm_kernel" in n for n in names), names  # the forward ran outside the calls
+    assert all(s["calls"] == 3 and s["kernels_per_call"] >= 1 for s in doc["impls"].values())
+    assert ", backward) on " in (folder / "summary.md").read_text()
+    assert doc["report"].endswith("-timeline-backward.nsys-rep")
+
+
 @pytest.mark.parametrize("op", ["softmax", "softmax_triton"])
 def test_a_timeline_records_every_call_of_every_implementation_with_its_kernels(op: str, tmp_path: Path) -> None:
     """nsys on the GPU: every implementation's calls captured (warm-up excluded), kernels attributed, a picture."""

@@ -146,7 +146,8 @@ def profile(op: str, *, set: str = "basic", shape: str | None = None, dtype: str
     if timeline:
         return _build("profile", ["python", "-m", "kernellab.nsight.op_timeline", "-k", op], *common,
                       ("--calls", None if calls is None else str(calls)),
-                      ("--seconds", None if seconds is None else f"{seconds:g}"), select=op, tools=("nsys",), results="--out")
+                      ("--seconds", None if seconds is None else f"{seconds:g}"),
+                      ("--pass", None if which == "forward" else which), select=op, tools=("nsys",), results="--out")
     return _build("profile", ["python", "-m", "kernellab.nsight.profile", "-k", op, "--set", set], *common,
                   ("--kernel", kernel), ("--trace", trace), ("--pass", None if which == "forward" else which),
                   select=op, tools=() if trace else ("ncu",), results="--out")

@@ -50,7 +50,7 @@ def _positive(flag: str, value: Any, kind: Callable[[str], Any]) -> Any:
     "against": "a recipe whose published system is profiled beside your kernel, in the recipe's image",
     "wheelhouse": WHEELHOUSE_HELP,
     "out": "the run's folder (default results/<date>-<time>-<gpu>); reports go to its profile/ (or timeline/)",
-    "pass_": "Nsight Compute on this pass of an op with a backward: forward (default), backward or full",
+    "pass_": "this pass of an op with a backward: forward (default), backward or full (Nsight Compute or --timeline)",
 })
 def profile(c: Any, k: str | None = None, shape: str | None = None, dtype: str | None = None,
             impl: list[str] | None = None, set: str = "basic", kernel: str | None = None, trace: bool = False,
@@ -67,8 +67,6 @@ def profile(c: Any, k: str | None = None, shape: str | None = None, dtype: str |
         raise UsageError("--calls and --seconds are for --timeline.")
     if pass_ not in ("forward", "backward", "full"):
         raise UsageError(f"--pass {pass_}: use forward, backward or full.")
-    if timeline and pass_ != "forward":
-        raise UsageError("--timeline captures the forward calls the bench times; --pass is for Nsight Compute's profile.")
     n_calls = None if calls is None else _positive("--calls", calls, int)
     limit = None if seconds is None else _positive("--seconds", seconds, float)
     op = _one_op(k, kernels, "profile")

@@ -1,6 +1,6 @@
 """`invoke profile --timeline`: an Nsight Systems timeline of an op's implementations, called as the bench calls them.
 
-    python -m kernellab.nsight.op_timeline -k OP [--shape ..] [--dtype D] [--impl NAME ...] [--calls N]
+    python -m kernellab.nsight.op_timeline -k OP [--shape ..] [--dtype D] [--pass P] [--impl NAME ...] [--calls N]
                                            [--system OFFER] [--seconds S] [--out DIR] [--kernels DIR]
 
 One capture for all implementations (a candidate, the baselines, a recipe's published system with --system): the
@@ -8,7 +8,8 @@ child (`--launch`) loads the op and makes the bench inputs, calls every implemen
 torch.compile, module loads: before the capture), then starts the capture (cudaProfilerStart: nsys records only from
 there, `--capture-range cudaProfilerApi`) and calls each implementation CALLS times inside its own NVTX range named
 after it, each call inside a range `call` after an L2 flush (as the bench flushes before each sample), the GPU
-synchronised after each. Read back with nsys's SQLite export (kernellab.nsight.nsys), each implementation's kernels
+synchronised after each; with --pass backward or full, the calls the bench times of that pass (through autograd, a
+backward's forward run before the flush, outside the range). Read back with nsys's SQLite export (kernellab.nsight.nsys), each implementation's kernels
 per call, launch gaps and copies (kernellab.nsight.timeline) go to `<out>/timeline/`: `summary.md`, `timeline.json`,
 `timeline.png` (the median call of each, kernels under their ranges) and the `.nsys-rep` for Nsight Systems' GUI;
 written to `timeline.partial/` and renamed at the end, so a failed run leaves nothing that looks complete.
@@ -28,6 +29,7 @@ from . import nsys, timeline, tools
 from .profile import (
     WARMUP,
     _find,
+    check_pass,
     child_env,
     choose_case,
     choose_impls,
@@ -45,40 +47,51 @@ FOLDER = "timeline"
 
 
 def launch(root: Path, name: str, impls: Sequence[str], shape: dict[str, int], dtype: str, calls: int,
-           system: str | None) -> int:
-    """The captured child: warm-up outside the capture, then each implementation's calls in NVTX ranges."""
+           system: str | None, which: str = "forward") -> int:
+    """The captured child: warm-up outside the capture, then each implementation's calls in NVTX ranges. `which`
+    (--pass): the forward, or through autograd as the bench times them the backward (its forward run before the
+    L2 flush, outside the call's range) or the full pass."""
     import torch
 
-    from ..ops import library
+    from ..ops import library, passes
 
     spec = _find(root, name)
     module = library.load(spec)
     fns = {**module.candidates, **module.baselines, **published(spec.name, system)}
-    inputs = module.make_inputs(shape, dtype, "cuda", spec.seeds[0] if spec.seeds else 0)
+    seed = spec.seeds[0] if spec.seeds else 0
+    inputs = module.make_inputs(shape, dtype, "cuda", seed)
+    prepared = {impl: passes.for_impl(module, impl, fns[impl], inputs, which, seed) for impl in impls}
     l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20)
     cache = torch.empty(2 * l2, dtype=torch.int8, device="cuda")
-    for impl in impls:
+    for call, setup in prepared.values():
         for _ in range(WARMUP):
-            fns[impl](*inputs)
+            if setup is not None:
+                setup()
+            call()
     torch.cuda.synchronize()
     torch.cuda.cudart().cudaProfilerStart()
-    for impl in impls:
-        torch.cuda.nvtx.range_push(impl)
-        for _ in range(calls):
-            cache.zero_()                      # L2 flushed, outside the call's range
-            torch.cuda.synchronize()
-            torch.cuda.nvtx.range_push("call")
-            fns[impl](*inputs)
-            torch.cuda.synchronize()
+    # Autograd runs a backward on a thread of its own, whose launches fall outside this thread's `call` ranges:
+    # with multithreading off they are launched here.
+    with torch.autograd.set_multithreading_enabled(False):
+        for impl, (call, setup) in prepared.items():
+            torch.cuda.nvtx.range_push(impl)
+            for _ in range(calls):
+                if setup is not None:
+                    setup()                        # the backward's forward: outside the call's range
+                cache.zero_()                      # L2 flushed, outside the call's range
+                torch.cuda.synchronize()
+                torch.cuda.nvtx.range_push("call")
+                call()
+                torch.cuda.synchronize()
+                torch.cuda.nvtx.range_pop()
             torch.cuda.nvtx.range_pop()
-        torch.cuda.nvtx.range_pop()
     torch.cuda.cudart().cudaProfilerStop()
     return 0
 
 
 def run(root: Path, name: str, *, shape: str | None = None, dtype: str | None = None,
         impls: Sequence[str] | None = None, calls: int = CALLS, system: str | None = None,
-        seconds: float | None = None, out: Path | None = None) -> Path:
+        seconds: float | None = None, out: Path | None = None, which: str = "forward") -> Path:
     """Capture and summarise every chosen implementation; returns the finished `<out>/timeline` folder."""
     import torch
 
@@ -87,6 +100,7 @@ def run(root: Path, name: str, *, shape: str | None = None, dtype: str | None = 
         raise ProfileError(f"{spec.name} is a CPU op: a GPU timeline shows GPU kernels only.")
     if calls < 1:
         raise ConfigError(f"--calls {calls}: give at least 1.")
+    check_pass(spec, which)
     chosen = choose_impls(spec, impls, system)
     exe = tools.find("nsys")
     if exe is None:
@@ -101,20 +115,20 @@ def run(root: Path, name: str, *, shape: str | None = None, dtype: str | None = 
         raise ProfileError(too_old)
     chosen_shape, chosen_dtype = choose_case(spec, shape, dtype, torch)
     gpu = torch.cuda.get_device_name(0)
-    stem = file_stem(spec, chosen_shape, chosen_dtype, "timeline")
+    stem = file_stem(spec, chosen_shape, chosen_dtype, "timeline", which)
     program = [sys.executable, "-m", "kernellab.nsight.op_timeline", "--launch", "-k", spec.name,
-               "--shape", json.dumps(chosen_shape), "--dtype", chosen_dtype, "--calls", str(calls),
+               "--shape", json.dumps(chosen_shape), "--dtype", chosen_dtype, "--calls", str(calls), "--pass", which,
                "--kernels", str(root), *[a for impl, _ in chosen for a in ("--impl", impl)],
                *(["--system", system] if system else [])]
     with staged(run_folder(out, gpu) / FOLDER) as partial:
         with gpu_lock(torch):
-            print(f"timeline: {spec.name}: {', '.join(i for i, _ in chosen)}, {calls} calls each, under nsys {version}",
-                  flush=True)
+            print(f"timeline: {spec.name} ({which}): {', '.join(i for i, _ in chosen)}, {calls} calls each, under nsys "
+                  f"{version}", flush=True)
             rep = nsys.capture(exe, partial / f"{stem}.nsys-rep", program, profiler_range=True, seconds=seconds,
                                env=nsys.clean_env(child_env()))
             capture = nsys.read(nsys.export(exe, rep))
         doc = _summarise(capture, chosen, calls, version, torch.version.cuda)
-        doc.update(op=spec.name, shape=chosen_shape, dtype=chosen_dtype, gpu=gpu, torch=torch.__version__,
+        doc.update(op=spec.name, shape=chosen_shape, dtype=chosen_dtype, which=which, gpu=gpu, torch=torch.__version__,
                    report=rep.name, seconds_limit=seconds,
                    started=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
         write(partial, doc, capture, chosen)
@@ -153,17 +167,27 @@ def write(folder: Path, doc: dict[str, Any], capture: nsys.Capture, chosen: list
         call = found.calls[i]
         lanes.append(timeline.Lane(f"{impl} ({role}): the median of {len(found.calls)} calls", [call], found.kernels[i],
                                    call.start))
-    dims = ", ".join(f"{k}={v}" for k, v in doc["shape"].items())
-    timeline.picture(folder / "timeline.png", lanes, f"{doc['op']} ({dims}, {doc['dtype']}) on {doc['gpu']}")
+    timeline.picture(folder / "timeline.png", lanes, f"{_title(doc)} on {doc['gpu']}")
     (folder / "summary.md").write_text(markdown(doc))
 
 
-def markdown(doc: dict[str, Any]) -> str:
+def _title(doc: dict[str, Any]) -> str:
+    """`softmax (rows=4096, cols=4096, float32)`, with `, backward` or `, full pass` for those passes."""
     dims = ", ".join(f"{k}={v}" for k, v in doc["shape"].items())
-    lines = [f"# Timeline: {doc['op']} ({dims}, {doc['dtype']}) on {doc['gpu']}", "",
+    which = doc.get("which", "forward")
+    return f"{doc['op']} ({dims}, {doc['dtype']}" + {"forward": "", "full": ", full pass"}.get(which, f", {which}") + ")"
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    which = doc.get("which", "forward")
+    lines = [f"# Timeline: {_title(doc)} on {doc['gpu']}", "",
              f"Nsight Systems {doc['nsys']['version']} (export schema {doc['nsys']['schema']}), CUDA and NVTX traced, "
              f"only the measured calls captured (cudaProfilerStart/Stop, after {doc['warmup_calls']} warm-up calls "
-             f"each); {doc['calls']} calls per implementation, each after an L2 flush, the GPU synchronised after each. "
+             f"each); {doc['calls']} calls per implementation, each after an L2 flush, the GPU synchronised after each"
+             + ("" if which == "forward" else
+                ", through autograd as the bench times them" + (" (each backward's forward run before the flush, "
+                                                                "outside the call)" if which == "backward" else ""))
+             + ". "
              f"Report: `{doc['report']}` (open it in Nsight Systems); picture: `timeline.png`."
              + (f" Capture limited to {doc['seconds_limit']:g} s." if doc.get("seconds_limit") else ""), "",
              "| impl | kernels per call | GPU time per call | GPU idle between kernels | call start to first kernel "
@@ -188,9 +212,10 @@ def main(argv: list[str] | None = None) -> int:
     root = args.kernels.resolve() if args.kernels else KERNELS
     try:
         if args.launch:
-            return launch(root, args.op, args.impl, json.loads(args.shape), args.dtype, args.calls, args.system)
+            return launch(root, args.op, args.impl, json.loads(args.shape), args.dtype, args.calls, args.system,
+                          args.which)
         folder = run(root, args.op, shape=args.shape, dtype=args.dtype, impls=args.impl, calls=args.calls,
-                     system=args.system, seconds=args.seconds, out=args.out)
+                     system=args.system, seconds=args.seconds, out=args.out, which=args.which)
     except KernellabError as e:
         print(f"kernellab: {e}", file=sys.stderr)
         return e.exit_code

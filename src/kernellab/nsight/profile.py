@@ -34,6 +34,7 @@ from typing import Any, Iterator, Sequence
 
 from .. import ROOT, proc, pythonpath, shown
 from ..errors import ConfigError, KernellabError, ProfileError
+from ..ops.backward import PASSES as PASS_CHOICES
 from ..ops.spec import KERNELS, OpSpec, find_op, parse_spec
 from . import report, tools
 from .ncu import RANGE, SETS, check_regex, explain_failure, import_argv, ncu_argv, ncu_version, parse_raw_csv, summarize
@@ -160,6 +161,13 @@ def file_stem(spec: OpSpec, shape: dict[str, int], dtype: str, impl: str, which:
     return f"{spec.name}-{dims}-{dtype}-{impl}" + ("" if which == "forward" else f"-{which}")
 
 
+def check_pass(spec: OpSpec, which: str) -> None:
+    """--pass WHICH is one of the op's passes (backward and full only with a [backward]), else one sentence."""
+    if which not in spec.passes:
+        raise ConfigError(f"--pass {which}: {spec.name}'s passes are {', '.join(spec.passes)}"
+                          + ("" if spec.backward else " (its op.toml declares no [backward])") + ".")
+
+
 def run(root: Path, name: str, *, shape: str | None = None, dtype: str | None = None,
         impls: Sequence[str] | None = None, set_name: str = "basic", kernel: str | None = None,
         trace: bool = False, out: Path | None = None, system: str | None = None, which: str = "forward") -> Path:
@@ -169,9 +177,7 @@ def run(root: Path, name: str, *, shape: str | None = None, dtype: str | None = 
     spec = _find(root, name)
     if spec.kind == "cpu":
         raise ProfileError(f"{spec.name} is a CPU op: Nsight Compute profiles GPU kernels only.")
-    if which not in spec.passes:
-        raise ConfigError(f"--pass {which}: {spec.name}'s passes are {', '.join(spec.passes)}"
-                          + ("" if spec.backward else " (its op.toml declares no [backward])") + ".")
+    check_pass(spec, which)
     chosen_shape, chosen_dtype = choose_case(spec, shape, dtype, torch)
     chosen = choose_impls(spec, impls, system)
     from ..ops.library import arch_requirements
@@ -299,8 +305,8 @@ def _run_child(argv: list[str], what: str) -> None:
 
 
 def op_parser(prog: str, description: str) -> argparse.ArgumentParser:
-    """The flags every profiler of an op's calls takes (Nsight Compute's, Nsight Systems' timeline): which op, call
-    and implementations, a recipe's published system, where the run goes; --launch marks the profiled child."""
+    """The flags every profiler of an op's calls takes (Nsight Compute's, Nsight Systems' timeline): which op, call,
+    pass and implementations, a recipe's published system, where the run goes; --launch marks the profiled child."""
     parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("-k", dest="op", required=True, metavar="OP")
     parser.add_argument("--shape", help="an index into the op's bench shapes, or k=v,k=v (default: the first)")
@@ -309,6 +315,8 @@ def op_parser(prog: str, description: str) -> argparse.ArgumentParser:
     parser.add_argument("--system", help="a recipe's offer of baselines (JSON; `invoke profile --against` writes it)")
     parser.add_argument("--out", type=Path, help="the run's folder (default results/<date>-<time>-<gpu>)")
     parser.add_argument("--kernels", type=Path, help="the kernels folder (default: kernels/)")
+    parser.add_argument("--pass", dest="which", default="forward", choices=PASS_CHOICES,
+                        help="the pass, for an op with a [backward] (default forward)")
     parser.add_argument("--launch", action="store_true", help=argparse.SUPPRESS)
     return parser
 
@@ -319,8 +327,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kernel", help="only kernels whose function name matches this regular expression")
     parser.add_argument("--trace", action="store_true", help="a torch.profiler trace per implementation instead")
     parser.add_argument("--trace-to", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--pass", dest="which", default="forward", choices=("forward", "backward", "full"),
-                        help="the pass profiled, for an op with a [backward] (default forward)")
     args = parser.parse_args(argv)
     root = args.kernels.resolve() if args.kernels else KERNELS
     try:
