@@ -142,15 +142,14 @@ def profile(op: str, *, set: str = "basic", shape: str | None = None, dtype: str
             out: str | None = None, kernels: str | None = None, which: str = "forward") -> Job:
     """Nsight Compute on the launches the bench times; --timeline: one Nsight Systems capture of them instead."""
     common = (("--shape", shape), ("--dtype", dtype), *[("--impl", i) for i in impl or []], ("--system", system),
-              ("--out", _path(out)), ("--kernels", _path(kernels)))
+              ("--out", _path(out)), ("--kernels", _path(kernels)), ("--pass", None if which == "forward" else which))
     if timeline:
         return _build("profile", ["python", "-m", "kernellab.nsight.op_timeline", "-k", op], *common,
                       ("--calls", None if calls is None else str(calls)),
-                      ("--seconds", None if seconds is None else f"{seconds:g}"),
-                      ("--pass", None if which == "forward" else which), select=op, tools=("nsys",), results="--out")
+                      ("--seconds", None if seconds is None else f"{seconds:g}"), select=op, tools=("nsys",),
+                      results="--out")
     return _build("profile", ["python", "-m", "kernellab.nsight.profile", "-k", op, "--set", set], *common,
-                  ("--kernel", kernel), ("--trace", trace), ("--pass", None if which == "forward" else which),
-                  select=op, tools=() if trace else ("ncu",), results="--out")
+                  ("--kernel", kernel), ("--trace", trace), select=op, tools=() if trace else ("ncu",), results="--out")
 
 
 def sanitize(op: str, *, tool: str = "memcheck", kernels: str | None = None, which: str = "all") -> Job:

@@ -3,6 +3,7 @@
 tools     the registry: where ncu, compute-sanitizer and nsys are, and whether this machine lets ncu read counters
 ncu       ncu's command lines and what it gives back (CSV)
 profile   `python -m kernellab.nsight.profile`: exactly the launches the benchmark times, under ncu
+calls     the calls a profiled child makes: each implementation's pass at the bench inputs, warmed up
 report    the record and the page `invoke profile` writes
 sanitize  `python -m kernellab.nsight.sanitize`: an op's checks under compute-sanitizer
 nsys      Nsight Systems' command lines, the environment a profiled program gets, the export and its reader

@@ -26,8 +26,8 @@ from .. import shown
 from ..errors import ConfigError, KernellabError, ProfileError
 from ..ops.spec import KERNELS
 from . import nsys, timeline, tools
+from .calls import WARMUP, warmed_calls
 from .profile import (
-    WARMUP,
     _find,
     check_pass,
     child_env,
@@ -36,7 +36,6 @@ from .profile import (
     file_stem,
     gpu_lock,
     op_parser,
-    published,
     run_folder,
     staged,
 )
@@ -53,21 +52,9 @@ def launch(root: Path, name: str, impls: Sequence[str], shape: dict[str, int], d
     L2 flush, outside the call's range) or the full pass."""
     import torch
 
-    from ..ops import library, passes
-
-    spec = _find(root, name)
-    module = library.load(spec)
-    fns = {**module.candidates, **module.baselines, **published(spec.name, system)}
-    seed = spec.seeds[0] if spec.seeds else 0
-    inputs = module.make_inputs(shape, dtype, "cuda", seed)
-    prepared = {impl: passes.for_impl(module, impl, fns[impl], inputs, which, seed) for impl in impls}
+    prepared = warmed_calls(_find(root, name), impls, shape, dtype, system, which)
     l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20)
     cache = torch.empty(2 * l2, dtype=torch.int8, device="cuda")
-    for call, setup in prepared.values():
-        for _ in range(WARMUP):
-            if setup is not None:
-                setup()
-            call()
     torch.cuda.synchronize()
     torch.cuda.cudart().cudaProfilerStart()
     # Autograd runs a backward on a thread of its own, whose launches fall outside this thread's `call` ranges:
@@ -171,11 +158,17 @@ def write(folder: Path, doc: dict[str, Any], capture: nsys.Capture, chosen: list
     (folder / "summary.md").write_text(markdown(doc))
 
 
+#: Per pass: what the title adds after the dtype, and how the summary says the calls were made.
+PASS_WORDS = {"forward": ("", ""),
+              "backward": (", backward", ", through autograd as the bench times them (each backward's forward run "
+                                         "before the flush, outside the call)"),
+              "full": (", full pass", ", through autograd as the bench times them")}
+
+
 def _title(doc: dict[str, Any]) -> str:
     """`softmax (rows=4096, cols=4096, float32)`, with `, backward` or `, full pass` for those passes."""
     dims = ", ".join(f"{k}={v}" for k, v in doc["shape"].items())
-    which = doc.get("which", "forward")
-    return f"{doc['op']} ({dims}, {doc['dtype']}" + {"forward": "", "full": ", full pass"}.get(which, f", {which}") + ")"
+    return f"{doc['op']} ({dims}, {doc['dtype']}{PASS_WORDS[doc.get('which', 'forward')][0]})"
 
 
 def markdown(doc: dict[str, Any]) -> str:
@@ -184,10 +177,7 @@ def markdown(doc: dict[str, Any]) -> str:
              f"Nsight Systems {doc['nsys']['version']} (export schema {doc['nsys']['schema']}), CUDA and NVTX traced, "
              f"only the measured calls captured (cudaProfilerStart/Stop, after {doc['warmup_calls']} warm-up calls "
              f"each); {doc['calls']} calls per implementation, each after an L2 flush, the GPU synchronised after each"
-             + ("" if which == "forward" else
-                ", through autograd as the bench times them" + (" (each backward's forward run before the flush, "
-                                                                "outside the call)" if which == "backward" else ""))
-             + ". "
+             f"{PASS_WORDS[which][1]}. "
              f"Report: `{doc['report']}` (open it in Nsight Systems); picture: `timeline.png`."
              + (f" Capture limited to {doc['seconds_limit']:g} s." if doc.get("seconds_limit") else ""), "",
              "| impl | kernels per call | GPU time per call | GPU idle between kernels | call start to first kernel "

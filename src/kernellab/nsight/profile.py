@@ -37,11 +37,8 @@ from ..errors import ConfigError, KernellabError, ProfileError
 from ..ops.backward import PASSES as PASS_CHOICES
 from ..ops.spec import KERNELS, OpSpec, find_op, parse_spec
 from . import report, tools
+from .calls import WARMUP, warmed_calls
 from .ncu import RANGE, SETS, check_regex, explain_failure, import_argv, ncu_argv, ncu_version, parse_raw_csv, summarize
-
-#: Calls before the profiled one: JIT compiles, torch.compile, first-launch module loads, warm caches.
-WARMUP = 3
-
 
 # --------------------------------------------------------------------------- the profiled child (--launch)
 
@@ -53,18 +50,7 @@ def launch(root: Path, name: str, impl: str, shape: dict[str, int], dtype: str, 
     forward runs before the range, untimed as in the bench) or the full pass, through autograd as the bench times it."""
     import torch
 
-    from ..ops import library, passes
-
-    spec = _find(root, name)
-    module = library.load(spec)
-    fn = {**module.candidates, **module.baselines, **published(spec.name, system)}[impl]
-    seed = spec.seeds[0] if spec.seeds else 0
-    inputs = module.make_inputs(shape, dtype, "cuda", seed)
-    call, setup = passes.for_impl(module, impl, fn, inputs, which, seed)
-    for _ in range(WARMUP):
-        if setup is not None:
-            setup()
-        call()
+    call, setup = warmed_calls(_find(root, name), [impl], shape, dtype, system, which)[impl]
     if setup is not None:
         setup()  # the profiled backward's forward: before the range, so only the backward's launches are in it
     torch.cuda.synchronize()
@@ -87,17 +73,6 @@ def launch(root: Path, name: str, impl: str, shape: dict[str, int], dtype: str, 
 
 
 # --------------------------------------------------------------------------- the driver
-
-
-def published(op: str, system: str | None) -> dict[str, Any]:
-    """A recipe's published system as one more implementation (`invoke profile --against RECIPE`)."""
-    if not system:
-        return {}
-    from ..bench import systems
-
-    loaded = systems.load(systems.Offer.from_json(system))
-    return {loaded.offer.name: loaded.baselines[op]} if op in loaded.baselines else {}
-
 
 
 def _find(root: Path, name: str) -> OpSpec:
