@@ -100,6 +100,24 @@ def test_a_build_leaves_no_staging_tag_behind(eng, built):
     assert built.tags[0] in tags, "names read as Docker's (no localhost/ prefix)"
 
 
+def test_a_prune_between_the_build_and_its_tags_loses_nothing(eng, built, tmp_path_factory, monkeypatch):
+    # CI's lanes prune dangling images beside each other's builds: a built image must never be left untagged.
+    describe = builder._envinfo
+
+    def prune_then_describe(e: engine.Engine, image: str) -> dict:
+        subprocess.run([*e.command, "image", "prune", "-f"], check=True, capture_output=True)
+        return describe(e, image)
+
+    monkeypatch.setattr(builder, "_envinfo", prune_then_describe)
+    again = builder.build(builder.resolve_request(target="cpu"), lock="prefer",
+                          lock_dir=committed_locks(tmp_path_factory), ca_certs=network.ca_certificates(),
+                          out=io.StringIO(), engine=eng)
+    assert eng.image_id("kernellab:cpu") == again.image_id
+    assert eng.labels(again.image_id)["kernellab.lock-sha256"] == again.lock_sha256
+    tags = [t for i in eng.inspect_many(eng.image_ids()) for t in i.get("RepoTags") or []]
+    assert not [t for t in tags if t.startswith("kernellab-staging:")]
+
+
 def test_shell_cmd_runs_through_a_shell_in_the_container(eng, built, tmp_path):
     env = {**os.environ, "KERNELLAB_CACHE": str(tmp_path / "cache")}
     env.pop("KERNELLAB_ENGINE", None)  # the flag alone must choose the engine

@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Iterator, Sequence
@@ -156,6 +157,17 @@ class Engine:
     def untag(self, ref: str) -> None:
         """Remove a tag, keeping the image if other tags or children use it; never fails."""
         self._run("rmi", ref, check=False)
+
+    @contextlib.contextmanager
+    def staging(self) -> Iterator[str]:
+        """A name of its own for an image while it is being made, dropped on the way out (the name, not the image).
+        An untagged image is dangling: a `docker image prune` meanwhile, or another build of the same image
+        dropping its own name, would delete it between the build and its use."""
+        ref = f"kernellab-staging:{uuid.uuid4().hex[:12]}"
+        try:
+            yield ref
+        finally:
+            self.untag(ref)
 
     def remove_image(self, ref: str) -> None:
         """Delete an image and every tag of it (an ID, or a tag); never fails."""

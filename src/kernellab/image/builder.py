@@ -11,7 +11,6 @@ import json
 import re
 import sys
 import tempfile
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -228,13 +227,13 @@ def _build(spec: Spec, matrix: Matrix, lock: dict[str, Any] | None, base_ref: st
         pip_config = pip_config or network.host_pip_config()
         extra = [*pip_config.values.get("extra-index-url", []), spec.torch_index]
         pip_config = network.PipConfig({**pip_config.values, "extra-index-url": extra})
-    with tempfile.TemporaryDirectory(prefix="kl-build-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="kl-build-") as tmp, eng.staging() as staging:
         ctx = Path(tmp) / "context"
         render.write_context(spec, matrix, ctx, locked=lock is not None, certs=ca_certs, requirements=requirements,
                              base_digest=lock["base"]["digest"] if lock else None, apt_pins=locks.apt_pins(lock))
         iidfile = Path(tmp) / "iid"
         with network.build_pip_conf(pip_config, wheelhouse, dated=bool(spec.as_of) and lock is None) as pipconf:
-            argv, build_env = eng.build_argv(ctx, iidfile=iidfile, secrets={"pipconf": pipconf},
+            argv, build_env = eng.build_argv(ctx, iidfile=iidfile, tags=[staging], secrets={"pipconf": pipconf},
                                              build_args=proxy_args, no_cache=no_cache)
             how = " from the lock" if lock else ""
             out.write(f"building {spec.tag} FROM {base_ref} with {eng.name}{how}\n")
@@ -258,7 +257,7 @@ def _build(spec: Spec, matrix: Matrix, lock: dict[str, Any] | None, base_ref: st
         path = lock_path(spec, lock_dir)
         pending = locks.stage(new_lock, path)
         try:
-            final_id = _label_and_tag(eng, built_id, new_lock, digest, tags, Path(tmp))
+            final_id = _label_and_tag(eng, staging, new_lock, digest, tags, Path(tmp))
         except BaseException:
             locks.discard(pending)
             raise
@@ -288,26 +287,22 @@ def _envinfo(eng: Engine, image: str) -> dict[str, Any]:
     raise BuildError(f"the image was built but its Python could not describe it (for the lock): {r.stderr.strip()[-300:]}")
 
 
-def _label_and_tag(eng: Engine, built_id: str, lock: dict[str, Any], digest: str, tags: tuple[str, ...],
+def _label_and_tag(eng: Engine, staging: str, lock: dict[str, Any], digest: str, tags: tuple[str, ...],
                    tmp: Path) -> str:
-    """A last, metadata-only stage: the lock inside, its hash as a label; tags are set only here."""
-    staging = f"kernellab-staging:{uuid.uuid4().hex[:12]}"
-    eng.tag(built_id, staging)
+    """A last, metadata-only stage over the built image (named `staging`): the lock inside, its hash as a label;
+    the final tags are set only here."""
+    ctx = tmp / "final"
+    ctx.mkdir()
+    (ctx / "lock.json").write_text(json.dumps(lock, indent=2, sort_keys=True) + "\n")
+    (ctx / "Dockerfile").write_text(
+        f"FROM {staging}\nCOPY lock.json /etc/kernellab/lock.json\nLABEL kernellab.lock-sha256=\"{digest}\"\n")
+    iid = tmp / "final.iid"
+    argv, env = eng.build_argv(ctx, iidfile=iid, tags=tags, network="none")
     try:
-        ctx = tmp / "final"
-        ctx.mkdir()
-        (ctx / "lock.json").write_text(json.dumps(lock, indent=2, sort_keys=True) + "\n")
-        (ctx / "Dockerfile").write_text(
-            f"FROM {staging}\nCOPY lock.json /etc/kernellab/lock.json\nLABEL kernellab.lock-sha256=\"{digest}\"\n")
-        iid = tmp / "final.iid"
-        argv, env = eng.build_argv(ctx, iidfile=iid, tags=tags, network="none")
-        try:
-            proc.run(argv, env=env)
-        except CommandError as e:
-            raise BuildError(f"labelling the built image failed; nothing was tagged. Last lines:\n{e.tail}") from None
-        return read_iid(iid)
-    finally:
-        eng.untag(staging)
+        proc.run(argv, env=env)
+    except CommandError as e:
+        raise BuildError(f"labelling the built image failed; nothing was tagged. Last lines:\n{e.tail}") from None
+    return read_iid(iid)
 
 
 def image_for_target(name: str | None = None, engine: Engine | None = None, has_gpu: bool | None = None) -> Image:

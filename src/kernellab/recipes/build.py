@@ -177,7 +177,8 @@ def build(recipe: Recipe, *, target: str | None = None, upto: int | None = None,
         # build runs is the pinned one: writing the lock (or --update) reruns no step whose packages are the same.
         # --update resolves afresh: a pip line BuildKit has not seen (otherwise it serves the old resolution).
         fresh = time.strftime("%Y%m%dT%H%M%S") if locking == "update" else None
-        added = pip_added(run(None, fresh, "sources", (), "its pip packages, to lock them"), eng)
+        with eng.staging() as staging:  # named while it is read: a `docker image prune` deletes an untagged image
+            added = pip_added(run(None, fresh, "sources", (staging,), "its pip packages, to lock them"), eng)
         written = pins.write(recipe, locked_name, env.spec.digest, added)
         if written:
             out.write(f"locked the recipe's pip packages in {written} (commit it: later builds install exactly these)\n")
