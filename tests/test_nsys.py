@@ -346,3 +346,17 @@ def test_profile_timeline_without_nsys_or_without_a_gpu_is_one_sentence(tmp_path
         no_gpu = _timeline("-k", "softmax", "--out", str(tmp_path))
         assert no_gpu.stderr.strip().startswith("kernellab: no GPU is visible here")
     assert not (tmp_path / "timeline").exists() and not (tmp_path / "timeline.partial").exists()
+
+
+def test_a_profiled_child_that_refuses_is_named_by_its_own_sentence_not_nsyss_last_words(tmp_path: Path) -> None:
+    # A stand-in nsys: it runs the program (the words after `--export none` and the flags after it) and writes no
+    # report, then adds a line of its own, as nsys does when its program exits early.
+    exe = tmp_path / "nsys"
+    exe.write_text("#!/bin/sh\nwhile [ \"$1\" != --cpuctxsw ]; do shift; done; shift 2; \"$@\"\n"
+                   "echo 'Generating no report: the application exited before profiling started.'\nexit 1\n")
+    exe.chmod(0o755)
+    child = ["sh", "-c", "echo 'kernellab: layernorm has no full pass here.' >&2; echo traceback-noise >&2; exit 2"]
+    with pytest.raises(ProfileError, match=r"^nsys wrote no report \(exit code 1\): layernorm has no full pass here\.$"):
+        nsys.capture(exe, tmp_path / "r.nsys-rep", child)
+    with pytest.raises(ProfileError, match=r"exit code 1\): Generating no report: the application exited before "):
+        nsys.capture(exe, tmp_path / "r.nsys-rep", ["true"])

@@ -4,14 +4,15 @@ from it (captured on the H100 and H200 machines, in tests/data/), and doctor's v
 stand-in driver params files."""
 from __future__ import annotations
 
+import dataclasses
 import stat
 from pathlib import Path
 
 import pytest
 
 from kernellab import proc
-from kernellab.errors import ConfigError
-from kernellab.nsight import ncu, profile, report, sanitize, tools
+from kernellab.errors import ConfigError, ProfileError
+from kernellab.nsight import calls, ncu, profile, report, sanitize, tools
 from kernellab.ops.spec import KERNELS, parse_spec
 
 DATA = Path(__file__).parent / "data"
@@ -80,10 +81,18 @@ def test_the_full_set_names_spills_bank_conflicts_and_shared_atomics() -> None:
     assert rows[3].endswith("| n/a |")
 
 
-@pytest.mark.parametrize("n, text", [(0, "0"), (999, "999"), (1234, "1.2K"), (888_960, "889K"), (8_300_780, "8.3M"),
-                                     (12_000_000_000, "12G")])
+@pytest.mark.parametrize("n, text", [(0, "0"), (999, "999"), (1234, "1.2K"), (9_950, "10K"), (888_960, "889K"),
+                                     (999_499, "999K"), (999_600, "1.0M"), (8_300_780, "8.3M"), (12_000_000_000, "12G")])
 def test_counts_are_short(n: float, text: str) -> None:
     assert ncu.short_count(n) == text
+
+
+def test_a_hazard_the_profile_did_not_measure_is_never_called_none() -> None:
+    measured = {"spill_accesses": 0.0, "shared_wavefronts": 6208.0, "shared_bank_conflicts": 0.0, "shared_atomics": 0.0}
+    assert ncu.hazards(measured) == []
+    assert ncu.hazards({**measured, "spill_accesses": None}) == ["register spills: not measured"]
+    assert ncu.hazards({**measured, "shared_bank_conflicts": None, "shared_atomics": None}) == [
+        "shared bank conflicts: not measured", "shared atomics: not measured"]
 
 
 def test_units_other_than_the_base_ones_are_converted() -> None:
@@ -127,6 +136,30 @@ def test_shapes_and_implementations_are_chosen_from_the_op() -> None:
     with pytest.raises(ConfigError, match="--impl sdpa: softmax has kernellab, eager, compile"):
         profile.choose_impls(spec, ["sdpa"])
     assert profile.file_stem(spec, {"rows": 4096, "cols": 1024}, "float16", "eager") == "softmax-4096x1024-float16-eager"
+
+
+def test_a_backward_profile_leaves_out_the_candidates_without_a_backward_and_refuses_one_named() -> None:
+    spec = parse_spec(KERNELS / "layernorm" / "op.toml")
+    spec = dataclasses.replace(spec, candidates={**spec.candidates, "forward_only": "layernorm_fwd_only"})
+    assert ("forward_only", "candidate") in profile.choose_impls(spec, None)
+    for which in ("backward", "full"):
+        assert [n for n, _ in profile.choose_impls(spec, None, which=which)] == ["kernellab", "eager", "compile"]
+        with pytest.raises(ConfigError, match="--impl forward_only: layernorm's candidate forward_only has no "
+                                              r"backward \(op.toml's \[backward\] candidates: kernellab\)"):
+            profile.choose_impls(spec, ["eager", "forward_only"], which=which)
+
+
+def test_only_a_backward_or_full_pass_turns_autograds_thread_off_and_says_when_torch_cannot(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    torch = pytest.importorskip("torch")
+    with calls.on_this_thread("backward"):
+        assert not torch.autograd.is_multithreading_enabled()
+    assert torch.autograd.is_multithreading_enabled()
+    monkeypatch.delattr(torch.autograd, "set_multithreading_enabled")
+    with calls.on_this_thread("forward"):  # a forward needs no switch: torch 1.13 images profile it
+        pass
+    with pytest.raises(ProfileError, match="profiling a full pass needs torch 2.0 or later"):
+        calls.on_this_thread("full")
 
 
 def test_the_summary_puts_candidate_and_baselines_side_by_side() -> None:

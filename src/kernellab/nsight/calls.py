@@ -5,8 +5,10 @@ runs a tool; kernellab.nsight.profile and kernellab.nsight.op_timeline put the c
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+import contextlib
+from typing import Any, Callable, ContextManager, Sequence
 
+from ..errors import ProfileError
 from ..ops.spec import OpSpec
 
 #: Calls before the profiled one: JIT compiles, torch.compile, first-launch module loads, warm caches.
@@ -43,3 +45,17 @@ def warmed_calls(spec: OpSpec, impls: Sequence[str], shape: dict[str, int], dtyp
                 setup()
             call()
     return calls
+
+
+def on_this_thread(which: str) -> ContextManager[Any]:
+    """Where a pass launches its kernels on the calling thread, inside its NVTX ranges: autograd runs a CUDA backward
+    on a thread of its own (ncu's range filter saw none of its kernels, nsys put them outside the calls), so for a
+    backward or full pass its multithreading is turned off. A forward needs nothing (and runs on torch 1.13 too)."""
+    import torch
+
+    if which == "forward":
+        return contextlib.nullcontext()
+    if not hasattr(torch.autograd, "set_multithreading_enabled"):
+        raise ProfileError(f"profiling a {which} pass needs torch 2.0 or later (autograd's "
+                           f"set_multithreading_enabled); this image has torch {torch.__version__}.")
+    return torch.autograd.set_multithreading_enabled(False)

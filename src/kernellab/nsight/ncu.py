@@ -159,28 +159,37 @@ def summarize(row: dict[str, Any]) -> dict[str, Any]:
 
 def hazards(k: dict[str, Any]) -> list[str] | None:
     """Register spills, shared-memory bank conflicts and shared atomics in a kernel's summary, in words: [] when it
-    has none, None when the profile did not measure them (the basic set)."""
+    has none, None when the profile measured none of them (the basic set); one the profile lacks is said to be so."""
     if all(k.get(key) is None for key in HAZARD_METRICS):
         return None
     found = []
-    if k.get("spill_accesses"):
-        found.append(f"register spills: {short_count(k['spill_accesses'])} local loads and stores")
+    spills, atomics = k.get("spill_accesses"), k.get("shared_atomics")
     wavefronts, conflicts = k.get("shared_wavefronts"), k.get("shared_bank_conflicts")
-    if wavefronts and conflicts and 100 * conflicts / wavefronts >= CONFLICTS_PCT:
+    if spills is None:
+        found.append("register spills: not measured")
+    elif spills:
+        found.append(f"register spills: {short_count(spills)} local loads and stores")
+    if wavefronts is None or conflicts is None:
+        found.append("shared bank conflicts: not measured")
+    elif wavefronts and 100 * conflicts / wavefronts >= CONFLICTS_PCT:
         found.append(f"shared bank conflicts: {100 * conflicts / wavefronts:.0f}% of {short_count(wavefronts)} shared "
                      "wavefronts")
-    if k.get("shared_atomics"):
-        found.append(f"shared atomics: {short_count(k['shared_atomics'])} (a float one is a compare-and-swap loop)")
+    if atomics is None:
+        found.append("shared atomics: not measured")
+    elif atomics:
+        found.append(f"shared atomics: {short_count(atomics)} (a float one is a compare-and-swap loop)")
     return found
 
 
 def short_count(n: float) -> str:
-    """1234 -> 1.2K, 888960 -> 889K, 8300780 -> 8.3M."""
-    for size, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "K")):
-        if n >= size:
-            value = n / size
-            return f"{value:.1f}{suffix}" if value < 10 else f"{value:.0f}{suffix}"
-    return f"{n:.0f}"
+    """1234 -> 1.2K, 888960 -> 889K, 8300780 -> 8.3M; named after rounding (999600 -> 1.0M, not 1000K)."""
+    value = float(n)
+    for unit in ("", "K", "M"):
+        text = f"{value:.1f}" if unit and value < 9.95 else f"{value:.0f}"
+        if float(text) < 1000:
+            return text + unit
+        value /= 1000
+    return (f"{value:.1f}" if value < 9.95 else f"{value:.0f}") + "G"
 
 
 def _in_base_unit(value: float, unit: str) -> float:

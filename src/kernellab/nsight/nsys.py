@@ -182,13 +182,19 @@ def capture(nsys: Path, out: Path, program: Sequence[str], *, cuda: bool = True,
         if out.with_suffix(".qdstrm").exists():
             problem = importer_works(nsys) or "its importer failed on it"
             raise ProfileError(f"nsys left only a .qdstrm ({out.with_suffix('.qdstrm')}), no report: {problem}")
-        tail = [line for line in output.splitlines() if line.strip()][-1:]
-        raise ProfileError(f"nsys wrote no report (exit code {result.returncode}){': ' + tail[0] if tail else ''}.")
+        raise ProfileError(f"nsys wrote no report (exit code {result.returncode}){_why(output)}.")
     if result.returncode != 0 and not seconds:  # past --duration nsys stops the program itself
-        last = [line for line in output.splitlines() if line.strip()][-1:]
-        raise ProfileError(f"the profiled program failed under nsys (exit code {result.returncode})"
-                           f"{': ' + last[0] if last else ''}.")
+        raise ProfileError(f"the profiled program failed under nsys (exit code {result.returncode}){_why(output)}.")
     return written
+
+
+def _why(output: str) -> str:
+    """': ' and the reason in a capture's output: the profiled child's own sentence (`kernellab: ...`) where it said
+    one, else the last line (nsys's own words follow the child's)."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    own = [line.removeprefix("kernellab: ") for line in lines if line.startswith("kernellab: ")]
+    last = (own or lines)[-1:]
+    return f": {last[0].rstrip('.')}" if last else ""
 
 
 def export(nsys: Path, report: Path) -> Path:

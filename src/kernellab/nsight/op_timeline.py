@@ -26,7 +26,7 @@ from .. import shown
 from ..errors import ConfigError, KernellabError, ProfileError
 from ..ops.spec import KERNELS
 from . import nsys, timeline, tools
-from .calls import WARMUP, warmed_calls
+from .calls import WARMUP, on_this_thread, warmed_calls
 from .profile import (
     _find,
     check_pass,
@@ -57,9 +57,7 @@ def launch(root: Path, name: str, impls: Sequence[str], shape: dict[str, int], d
     cache = torch.empty(2 * l2, dtype=torch.int8, device="cuda")
     torch.cuda.synchronize()
     torch.cuda.cudart().cudaProfilerStart()
-    # Autograd runs a backward on a thread of its own, whose launches fall outside this thread's `call` ranges:
-    # with multithreading off they are launched here.
-    with torch.autograd.set_multithreading_enabled(False):
+    with on_this_thread(which):
         for impl, (call, setup) in prepared.items():
             torch.cuda.nvtx.range_push(impl)
             for _ in range(calls):
@@ -88,7 +86,7 @@ def run(root: Path, name: str, *, shape: str | None = None, dtype: str | None = 
     if calls < 1:
         raise ConfigError(f"--calls {calls}: give at least 1.")
     check_pass(spec, which)
-    chosen = choose_impls(spec, impls, system)
+    chosen = choose_impls(spec, impls, system, which)
     exe = tools.find("nsys")
     if exe is None:
         raise ProfileError("Nsight Systems (nsys) is not installed here and the image has none: install it, set "

@@ -37,7 +37,7 @@ from ..errors import ConfigError, KernellabError, ProfileError
 from ..ops.backward import PASSES as PASS_CHOICES
 from ..ops.spec import KERNELS, OpSpec, find_op, parse_spec
 from . import report, tools
-from .calls import WARMUP, warmed_calls
+from .calls import WARMUP, on_this_thread, warmed_calls
 from .ncu import RANGE, SETS, check_regex, explain_failure, import_argv, ncu_argv, ncu_version, parse_raw_csv, summarize
 
 # --------------------------------------------------------------------------- the profiled child (--launch)
@@ -62,9 +62,7 @@ def launch(root: Path, name: str, impl: str, shape: dict[str, int], dtype: str, 
             torch.cuda.synchronize()
         prof.export_chrome_trace(str(trace))
         return 0
-    # Autograd runs a CUDA backward on a thread of its own, outside this thread's NVTX range (ncu's filter saw no
-    # kernel of a backward pass): with multithreading off, the backward's kernels launch here, inside the range.
-    with torch.autograd.set_multithreading_enabled(False):
+    with on_this_thread(which):
         torch.cuda.nvtx.range_push(RANGE)
         call()
         torch.cuda.synchronize()
@@ -111,9 +109,19 @@ def choose_case(spec: OpSpec, shape: str | None, dtype: str | None, torch: Any) 
     return choose_shape(spec, shape), chosen_dtype
 
 
-def choose_impls(spec: OpSpec, wanted: Sequence[str] | None, system: str | None = None) -> list[tuple[str, str]]:
-    """(name, role) for every candidate and baseline (and a recipe's published system), or those named with --impl."""
-    impls = [(n, "candidate") for n in spec.candidates] + [(n, "baseline") for n in spec.baselines]
+def choose_impls(spec: OpSpec, wanted: Sequence[str] | None, system: str | None = None,
+                 which: str = "forward") -> list[tuple[str, str]]:
+    """(name, role) for every candidate and baseline (and a recipe's published system), or those named with --impl;
+    in a backward or full pass, the candidates without a backward (op.toml's [backward] candidates) left out, or
+    refused when named."""
+    backs = spec.backward.candidates if spec.backward and which != "forward" else None
+    if backs is not None and wanted:
+        for w in wanted:
+            if w in spec.candidates and w not in backs:
+                raise ConfigError(f"--impl {w}: {spec.name}'s candidate {w} has no backward (op.toml's [backward] "
+                                  f"candidates: {', '.join(backs)}).")
+    impls = [(n, "candidate") for n in spec.candidates if backs is None or n in backs]
+    impls += [(n, "baseline") for n in spec.baselines]
     if system:
         from ..bench.systems import Offer
 
@@ -154,7 +162,7 @@ def run(root: Path, name: str, *, shape: str | None = None, dtype: str | None = 
         raise ProfileError(f"{spec.name} is a CPU op: Nsight Compute profiles GPU kernels only.")
     check_pass(spec, which)
     chosen_shape, chosen_dtype = choose_case(spec, shape, dtype, torch)
-    chosen = choose_impls(spec, impls, system)
+    chosen = choose_impls(spec, impls, system, which)
     from ..ops.library import arch_requirements
 
     _, unavailable = arch_requirements(spec) if spec.kind == "cuda" else ([], {})
