@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from typing import Iterator
 
@@ -135,6 +136,36 @@ def test_a_prune_between_the_build_and_its_tags_loses_nothing(eng, built, staged
     assert eng.labels(again.image_id)["kernellab.lock-sha256"] == again.lock_sha256
     tags = [t for i in eng.inspect_many(eng.image_ids()) for t in i.get("RepoTags") or []]
     assert len(staged) >= 2 and not set(staged) & set(tags)
+
+
+def test_a_staging_name_is_dropped_even_while_a_container_of_it_still_runs(eng, built, tmp_path):
+    # Ctrl-C during the lock's probe: the probe's container outlives the build for a moment, and the image's only
+    # name (Docker refuses to drop it unforced while a container uses the image) must still go.
+    (tmp_path / "ctx").mkdir()
+    (tmp_path / "ctx" / "Dockerfile").write_text(f"FROM {built.tags[0]}\nLABEL kernellab.test=staging-in-use\n")
+    with eng.staging() as ref:
+        argv, env = eng.build_argv(tmp_path / "ctx", iidfile=tmp_path / "iid", tags=[ref], network="none")
+        subprocess.run(argv, env={**os.environ, **env}, check=True, capture_output=True)
+        image_id = eng.image_id(ref)
+        name = f"kl-staging-in-use-{uuid.uuid4().hex[:8]}"
+        sleeper = subprocess.Popen(
+            eng.run_argv(ref, ["120"], user=(0, 0), network="none", entrypoint="sleep", name=name, init=False,
+                         shm_size=None), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(240):  # until its container runs (no time is asserted)
+            state = subprocess.run([*eng.command, "container", "inspect", "-f", "{{.State.Running}}", name],
+                                   capture_output=True, text=True)
+            if state.stdout.strip() == "true":
+                break
+            time.sleep(0.5)
+        else:
+            pytest.fail(f"the container {name} never ran")
+    try:
+        tags = [t for i in eng.inspect_many(eng.image_ids()) for t in i.get("RepoTags") or []]
+        assert ref not in tags and eng.image_id("kernellab:cpu") == built.image_id
+    finally:
+        subprocess.run([*eng.command, "rm", "-f", name], capture_output=True, check=False)
+        sleeper.wait(timeout=60)
+        eng.remove_image(image_id)
 
 
 def test_shell_cmd_runs_through_a_shell_in_the_container(eng, built, tmp_path):

@@ -103,4 +103,6 @@ class Docker(Engine):
         return argv, {"DOCKER_BUILDKIT": "1"}
 
     def untag(self, ref: str) -> None:
-        self._run("rmi", "--no-prune", ref, check=False)
+        # -f: a container still using the image (a probe that Ctrl-C stopped, removed a moment later) makes Docker
+        # refuse to drop the image's last name; forced, it drops the name and leaves the image while it is used.
+        self._run("rmi", "--no-prune", "-f", ref, check=False)
