@@ -296,3 +296,19 @@ def test_the_kernels_library_compiles_with_torchs_nvcc_command_and_a_compile_err
     monkeypatch.setattr(kernel_library, "kernels_ninja", lambda *a: "this is not ninja\n")
     with pytest.raises(RuntimeError, match=r"^kl_split: ninja could not build its kernels' library: .*ninja: error"):
         kernel_library._kernel_library("kl_split", [src], [], folder)
+
+
+def test_a_compiler_that_crashed_is_not_remembered_as_the_sources_error(tmp_path: Path) -> None:
+    # CI once met Debian's nvcc 12.4 segfaulting on a source it compiles every other time: the next run must compile
+    # again, not repeat that failure from failure.json.
+    from kernellab.errors import ExtensionError as Failed
+    from kernellab.ops.extensions import failures
+
+    folder = tmp_path / "build"
+    folder.mkdir()
+    crash = RuntimeError("Error building extension 'kl_test_crash'")
+    failures._remember_failure(folder, "fp", Failed("kl_test_crash does not compile: Segmentation fault"), crash,
+                               "FAILED: [code=255] a.cuda.o\nSegmentation fault\nllc: Unknown command line argument\n")
+    assert failures._known_failure(folder, "fp") is None and not (folder / failures.FAILURE_RECORD).exists()
+    failures._remember_failure(folder, "fp", Failed("kl_test_crash does not compile: x"), crash, "error: x undeclared\n")
+    assert failures._known_failure(folder, "fp") == "kl_test_crash does not compile: x"

@@ -24,8 +24,10 @@ FAILURE_RECORD = "failure.json"
 
 _UNDEFINED = re.compile(r"undefined symbol: (\S+)")
 #: Compile failures that say nothing about the sources: a retry may well succeed, so none is remembered.
+#: (A compiler that crashed, "Segmentation fault": Debian's nvcc 12.4 once did, under --split-compile, in CI.)
 _TRANSIENT = re.compile(r"Killed signal|died due to signal|internal compiler error|No space left on device|"
-                        r"virtual memory exhausted|Cannot allocate memory|out of memory", re.IGNORECASE)
+                        r"virtual memory exhausted|Cannot allocate memory|out of memory|Segmentation fault",
+                        re.IGNORECASE)
 
 #: Failures remembered in this process, by build folder: (fingerprint, message).
 _FAILED: dict[Path, tuple[str, str]] = {}
