@@ -67,6 +67,11 @@ def built(eng, staged, tmp_path_factory) -> builder.Built:
                         out=io.StringIO(), engine=eng)
 
 
+def _all_tags(eng: engine.Engine) -> list[str]:
+    """Every name of every image the engine holds (as Docker spells them)."""
+    return [t for i in eng.inspect_many(eng.image_ids()) for t in i.get("RepoTags") or []]
+
+
 def _non_root_user(eng: engine.Engine) -> tuple[int, int]:
     # Rootless Podman maps only the caller's own UID to itself; as root (Docker) any UID shows.
     return (os.getuid(), os.getgid()) if os.geteuid() != 0 else (4321, 4321)
@@ -115,7 +120,7 @@ def test_an_exported_bundle_imports_back_as_the_same_image(eng, built, tmp_path)
 
 
 def test_a_build_leaves_no_staging_tag_behind(eng, built, staged):
-    tags = [t for i in eng.inspect_many(eng.image_ids()) for t in i.get("RepoTags") or []]
+    tags = _all_tags(eng)
     assert staged and staged[0].startswith("kernellab-staging:") and not set(staged) & set(tags)
     assert built.tags[0] in tags, "names read as Docker's (no localhost/ prefix)"
 
@@ -134,7 +139,7 @@ def test_a_prune_between_the_build_and_its_tags_loses_nothing(eng, built, staged
                           out=io.StringIO(), engine=eng)
     assert eng.image_id("kernellab:cpu") == again.image_id
     assert eng.labels(again.image_id)["kernellab.lock-sha256"] == again.lock_sha256
-    tags = [t for i in eng.inspect_many(eng.image_ids()) for t in i.get("RepoTags") or []]
+    tags = _all_tags(eng)
     assert len(staged) >= 2 and not set(staged) & set(tags)
 
 
@@ -160,7 +165,7 @@ def test_a_staging_name_is_dropped_even_while_a_container_of_it_still_runs(eng, 
         else:
             pytest.fail(f"the container {name} never ran")
     try:
-        tags = [t for i in eng.inspect_many(eng.image_ids()) for t in i.get("RepoTags") or []]
+        tags = _all_tags(eng)
         assert ref not in tags and eng.image_id("kernellab:cpu") == built.image_id
     finally:
         subprocess.run([*eng.command, "rm", "-f", name], capture_output=True, check=False)
