@@ -363,40 +363,106 @@ __host__ __device__ constexpr bool backward_prefetches_grad() {
   return (N >= 8 && N * PER > 8) || (SUMS > 2 && N * PER > 16);
 }
 
+// Whether a norm's backward (SUMS running sums a row) keeps its column sums in shared memory rather than registers:
+// past 16 elements a thread with grad_out in registers, where x, grad_out and the sums (32 floats each) leave
+// ptxas spilling (rmsnorm's <float, 4, 8>: 36 bytes; 2048x14336 on the H200, 108.1 -> 99.5 us). Not where grad_out
+// is prefetched into L1 (backward_prefetches_grad): the shared memory takes L1's room, and those backwards slowed
+// (2048x14336: layernorm float32 116 -> 141 us, fp16 77 -> 134 us).
+template <int N, int PER, int SUMS>
+__host__ __device__ constexpr bool backward_sums_shared() {
+  return N * PER > 16 && !backward_prefetches_grad<N, PER, SUMS>();
+}
+
 // Blocks of a norm's backward grid, at most: as many as can be resident at once (by threads), or one per
 // block of rows when fewer. The partial sums take this many rows of cols floats per gradient.
 inline int64_t backward_grid_bound(const RowPlan& p, int sms) {
   return std::min<int64_t>(p.blocks, int64_t(sms) * std::max(1, 2048 / p.threads()));
 }
 
-// The grid actually launched: what the occupancy calculator says fits, within the bound.
+// The grid actually launched: what the occupancy calculator says fits, within the bound. Past 48 KB of dynamic
+// shared memory the kernel is allowed it first (column sums in shared memory: up to 64 KB).
 template <typename K>
 inline int backward_grid(K kernel, const RowPlan& p, size_t smem, int sms) {
+  if (smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   int per_sm = 0;
   cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, p.threads(), smem);
   return static_cast<int>(std::min<int64_t>(backward_grid_bound(p, sms), int64_t(sms) * std::max(1, per_sm)));
 }
 
-// Backward passes of norms: the weight's (and bias's) gradient sums over rows. Each block keeps its
-// threads' sums in registers over the rows it handles, adds the row groups of the block together in shared
-// memory, and writes one row of float32 partial sums; column_sums then adds the blocks' rows. A grid of as
-// many blocks as fit on the GPU at once keeps the partial rows few.
-template <int N, int PER>
-struct ColumnSums {
-  float v[PER > 0 ? PER : 1][N];
+// How a norm backward's blocks sum the weight's (and bias's) gradient over rows: a compile-time choice, so that
+// each variant holds only its own epilogue. With the several-rows epilogue in every variant, ptxas spilled more in
+// the one-row ones (layernorm <__half, 8, 2>: 60 -> 80 bytes; its 8192x5120 fp16 backward 104.8 -> 112.7 us on the
+// H200), though they never run it.
+enum class Sums {
+  kBlockRows,  // any rows per block: each block's row of partial sums, through shared memory when it holds several
+  kOneRow,     // one row per block (blockDim == the row's group): straight from registers to the partial row
+  kStats,      // a handful of rows: each row's statistics, and weight_grads sums the columns (backward_uses_stats)
+};
 
-  __device__ __forceinline__ ColumnSums() {
+// Whether a norm's backward asks the next row of its grid-stride loop into L2 (prefetch_row_l2): for float32 at 16
+// elements a thread, where one block of 512 fills an SM and nothing else hides a row's load behind another's
+// reduction (8192x5120 on the H200: layernorm 161.0 -> 131.6 us, rmsnorm 148.2 -> 125.1 us). Not at 32 elements
+// (the addresses cost registers: rmsnorm's <float, 4, 8> spilled 152 bytes, 2048x14336 108 -> 155 us), nor for 2-byte
+// types, whose two blocks per SM overlap already (no gain, and more spills).
+template <int N, int PER>
+__host__ __device__ constexpr bool backward_prefetches_next() {
+  return N == 4 && PER == 4;
+}
+
+// The row a thread takes next in a norm backward's grid-stride loop (`next`, maybe past the end), asked into L2
+// while this one is reduced and written, so that its loads wait on L2 rather than DRAM.
+template <typename P, int PER, typename T>
+__device__ __forceinline__ void prefetch_row_l2(const T* base, int64_t next, int64_t rows, int64_t cols, int packs,
+                                                const RowThread& t) {
+  if constexpr (PER > 0) {
+    if (next >= rows) return;
+    const P* in = reinterpret_cast<const P*>(base + next * cols);
 #pragma unroll
-    for (int i = 0; i < (PER > 0 ? PER : 1); ++i) {
+    for (int i = 0; i < PER; ++i) {
+      const int k = t.lane + i * t.group;
+      if (k < packs) asm volatile("prefetch.global.L2 [%0];" ::"l"(in + k));
+    }
+  }
+}
+
+// Backward passes of norms: the weight's (and bias's) gradient sums over rows. Each block keeps its
+// threads' sums over the rows it handles (in registers; in shared memory past 16 elements a thread), adds the row
+// groups of the block together in shared memory, and writes one row of float32 partial sums; column_sums then adds
+// the blocks' rows. A grid of as many blocks as fit on the GPU at once keeps the partial rows few.
+template <int N, int PER, Sums S, int SUMS>
+struct ColumnSums {
+  // One row per block, more than 16 elements a thread, grad_out in registers (backward_sums_shared): the sums in a
+  // row of shared memory of their own, each thread touching only its own columns (no synchronisation).
+  static constexpr bool kShared = S == Sums::kOneRow && backward_sums_shared<N, PER, SUMS>();
+  float v[PER > 0 && !kShared ? PER : 1][N];
+  float* acc;  // kShared: this sum's row of cols floats in shared memory
+
+  __device__ __forceinline__ ColumnSums(float* shared_row, int packs, int lane, int group) : acc(shared_row) {
+    if constexpr (kShared) {
 #pragma unroll
-      for (int j = 0; j < N; ++j) v[i][j] = 0.f;
+      for (int i = 0; i < PER; ++i) {
+        const int k = lane + i * group;
+        if (k < packs) {
+#pragma unroll
+          for (int j = 0; j < N; ++j) acc[k * N + j] = 0.f;
+        }
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < (PER > 0 ? PER : 1); ++i) {
+#pragma unroll
+        for (int j = 0; j < N; ++j) v[i][j] = 0.f;
+      }
     }
   }
 
   // Adds x to column k * N + j (this thread's pack i); streamed rows add straight into the block's partial
   // row in global memory (zeroed before the launch, and only this thread touches these columns).
   __device__ __forceinline__ void add(int k, int i, const float (&x)[N], float* partial) {
-    if constexpr (PER > 0) {
+    if constexpr (kShared) {
+#pragma unroll
+      for (int j = 0; j < N; ++j) acc[k * N + j] += x[j];
+    } else if constexpr (PER > 0) {
 #pragma unroll
       for (int j = 0; j < N; ++j) v[i][j] += x[j];
     } else {
@@ -405,46 +471,60 @@ struct ColumnSums {
     }
   }
 
-  // The block's sums into `partial` (its row of cols floats). `shared`: cols floats of dynamic shared
-  // memory when the block holds several rows. All threads of the block call it.
-  __device__ __forceinline__ void write(float* partial, float* shared, int packs, int lane, int group, int cols) {
-    if constexpr (PER > 0) {
-      if (blockDim.x == unsigned(group)) {
+  // This thread's sums into `row` (cols floats): 16-byte stores when the packs are whole float4s (cols is then a
+  // multiple of N, so every row of partials starts on 16 bytes): one float each had the LSU queue throttling a
+  // handful of fp16 rows (Nsight Compute: lg_throttle).
+  __device__ __forceinline__ void store(float* row, int packs, int lane, int group) const {
 #pragma unroll
-        for (int i = 0; i < PER; ++i) {
-          const int k = lane + i * group;
-          if (k < packs) {
-            if constexpr (N % 4 == 0) {
-              // 16-byte stores (cols is a multiple of N here, so every row of partials starts on 16 bytes): one
-              // float each had the LSU queue throttling a handful of fp16 rows (Nsight Compute: lg_throttle).
+    for (int i = 0; i < PER; ++i) {
+      const int k = lane + i * group;
+      if (k < packs) {
+        if constexpr (N % 4 == 0) {
 #pragma unroll
-              for (int j = 0; j < N; j += 4) {
-                *reinterpret_cast<float4*>(partial + k * N + j) = make_float4(v[i][j], v[i][j + 1], v[i][j + 2], v[i][j + 3]);
-              }
-            } else {
-#pragma unroll
-              for (int j = 0; j < N; ++j) partial[k * N + j] = v[i][j];
-            }
+          for (int j = 0; j < N; j += 4) {
+            *reinterpret_cast<float4*>(row + k * N + j) =
+                kShared ? *reinterpret_cast<const float4*>(acc + k * N + j)
+                        : make_float4(v[i][j], v[i][j + 1], v[i][j + 2], v[i][j + 3]);
           }
-        }
-        return;
-      }
-      __syncthreads();  // earlier users of `shared` are done
-      for (int c = threadIdx.x; c < cols; c += blockDim.x) shared[c] = 0.f;
-      __syncthreads();
+        } else {
 #pragma unroll
-      for (int i = 0; i < PER; ++i) {
-        const int k = lane + i * group;
-        if (k < packs) {
-#pragma unroll
-          for (int j = 0; j < N; ++j) atomicAdd(shared + k * N + j, v[i][j]);
+          for (int j = 0; j < N; ++j) row[k * N + j] = kShared ? acc[k * N + j] : v[i][j];
         }
       }
-      __syncthreads();
-      for (int c = threadIdx.x; c < cols; c += blockDim.x) partial[c] = shared[c];
+    }
+  }
+
+  // The block's sums into `partial` (its row of cols floats). `shared`: backward_shared_bytes of dynamic
+  // shared memory when the block holds several rows. All threads of the block call it.
+  __device__ __forceinline__ void write(float* partial, float* shared, int packs, int lane, int group, int cols) {
+    if constexpr (PER > 0 && S != Sums::kStats) {
+      if (S == Sums::kOneRow || blockDim.x == unsigned(group)) return store(partial, packs, lane, group);
+      if constexpr (S == Sums::kBlockRows) {
+        // Several rows per block: each row's group stores its sums in a row of `shared` of its own, and a thread
+        // per column adds those rows up. Shared-memory atomics into one row had the groups wait on each other's
+        // addresses (H200, 16384x1024: layernorm's fp16 backward 70.4 -> 49.3 us, rmsnorm's bf16 45.8 -> 35.1).
+        const int rows_per_block = static_cast<int>(blockDim.x) / group;
+        __syncthreads();  // earlier users of `shared` are done
+        store(shared + (static_cast<int>(threadIdx.x) / group) * cols, packs, lane, group);
+        __syncthreads();
+        for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+          float s = 0.f;
+          for (int r = 0; r < rows_per_block; ++r) s += shared[r * cols + c];
+          partial[c] = s;
+        }
+      }
     }
   }
 };
+
+// Dynamic shared memory of a norm's backward with `count` column sums (ColumnSums<N, PER, S, SUMS>): a row of
+// cols floats per sum when they are kept in shared memory, else a row per row of the block when it holds several,
+// else none.
+template <int N, int PER, Sums S, int SUMS>
+inline size_t backward_shared_bytes(const RowPlan& p, int64_t cols, int count) {
+  if (ColumnSums<N, PER, S, SUMS>::kShared) return size_t(count) * size_t(cols) * sizeof(float);
+  return p.rows_per_block > 1 ? size_t(p.rows_per_block) * size_t(cols) * sizeof(float) : 0;
+}
 
 // out[which][c] = sum over p < parts of partial[which][p][c], in T. Block: 32 columns x 32 slices of parts.
 template <typename T>
@@ -522,12 +602,37 @@ __global__ void __launch_bounds__(256) weight_grads(const T* __restrict__ dy, co
 
 // A backward plan whose weight gradients come from row statistics (weight_grads) instead of partial rows and
 // column_sums: at most 32 rows, 16-byte packs, in registers at up to 4 packs a thread (the kernels compiled with
-// that path, STATS; a statistics branch in every variant had ptxas spill 20 more bytes in rmsnorm's
+// that path, Sums::kStats; a statistics branch in every variant had ptxas spill 20 more bytes in rmsnorm's
 // <float, 4, 8>, whose 2048x14336 backward went from 134 to 146 us on the H100).
 constexpr int64_t kRowStatsMaxRows = 32;
 constexpr int kRowStatsMaxPer = 4;
 inline bool backward_uses_stats(const RowPlan& p, int64_t rows) {
   return rows <= kRowStatsMaxRows && p.pack > 1 && p.per_thread >= 1 && p.per_thread <= kRowStatsMaxPer;
+}
+
+// Calls f(n, per, sums), std::integral_constants of the pack size, the packs per thread and the Sums, for the
+// backward kernel variant of this plan: kStats for a handful of rows (backward_uses_stats), kBlockRows when a block
+// holds several rows (a thread then holds at most 16 elements: plan_backward_rows) or the rows are not in 16-byte
+// packs, else kOneRow.
+template <typename T, typename F>
+void dispatch_backward(const RowPlan& p, bool stats, F&& f) {
+  using BlockRows = std::integral_constant<Sums, Sums::kBlockRows>;
+  if (p.pack == 1) {
+    dispatch_per_thread(p.per_thread, [&](auto per) { f(std::integral_constant<int, 1>{}, per, BlockRows{}); });
+    return;
+  }
+  constexpr int N = kPack16<T>;
+  dispatch_per_thread<32 / N>(p.per_thread, [&](auto per) {
+    constexpr int PER = decltype(per)::value;
+    const std::integral_constant<int, N> n;
+    if constexpr (PER >= 1 && PER <= kRowStatsMaxPer) {
+      if (stats) return f(n, per, std::integral_constant<Sums, Sums::kStats>{});
+    }
+    if constexpr (N * PER <= 16) {
+      if (p.rows_per_block > 1) return f(n, per, BlockRows{});
+    }
+    f(n, per, std::integral_constant<Sums, Sums::kOneRow>{});
+  });
 }
 
 // Floats of a norm's backward workspace: partial rows (`partial_floats`), or a float2 of statistics per row.

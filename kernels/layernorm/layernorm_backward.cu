@@ -17,7 +17,7 @@
 
 namespace {
 
-template <typename T, int N, int PER, bool STATS = false>
+template <typename T, int N, int PER, kl::Sums S>
 __global__ void __launch_bounds__(kl::backward_block_limit<N, PER>(), kl::backward_min_blocks<N, PER>())
     layernorm_backward_kernel(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
                               T* __restrict__ dx, float* __restrict__ partial, int64_t rows, int64_t cols, float eps,
@@ -31,7 +31,7 @@ __global__ void __launch_bounds__(kl::backward_block_limit<N, PER>(), kl::backwa
   float* part_w = partial + int64_t(blockIdx.x) * cols;
   float* part_b = partial + (int64_t(gridDim.x) + blockIdx.x) * cols;
   const P* pw = reinterpret_cast<const P*>(w);
-  kl::ColumnSums<N, PER> sum_w, sum_b;
+  kl::ColumnSums<N, PER, S, 4> sum_w(shared, packs, lane, group), sum_b(shared + cols, packs, lane, group);
   // Every thread of the block takes the same number of turns (the reductions synchronise the block).
   for (int64_t base = int64_t(blockIdx.x) * rows_per_block; base < rows; base += int64_t(gridDim.x) * rows_per_block) {
     const int64_t row = base + local;
@@ -43,6 +43,11 @@ __global__ void __launch_bounds__(kl::backward_block_limit<N, PER>(), kl::backwa
     using G = std::conditional_t<kl::backward_prefetches_grad<N, PER, 4>(), kl::RowPrefetched<P, PER>,
                                  kl::RowPacks<P, PER>>;
     const G gr = kl::make_grad_row<G>(reinterpret_cast<const P*>(dy + offset), valid ? packs : 0, t, valid);
+    if constexpr (kl::backward_prefetches_next<N, PER>() && S != kl::Sums::kStats) {  // the next row, into L2
+      const int64_t next = row + int64_t(gridDim.x) * rows_per_block;
+      kl::prefetch_row_l2<P, PER>(x, next, rows, cols, packs, t);
+      kl::prefetch_row_l2<P, PER>(dy, next, rows, cols, packs, t);
+    }
     const float x0 = valid ? kl::to_float(x[offset]) : 0.f;  // the shift
     float4 s = {0.f, 0.f, 0.f, 0.f};  // sums of d, d^2, gw, gw * d
     xr.for_each([&](const P& p, int k, int i) {
@@ -60,7 +65,7 @@ __global__ void __launch_bounds__(kl::backward_block_limit<N, PER>(), kl::backwa
     const float mean_d = s.x * inv_cols, mean = x0 + mean_d;
     const float rstd = rsqrtf(fmaxf(s.y * inv_cols - mean_d * mean_d, 0.f) + eps);
     const float a = s.z * inv_cols, b = rstd * (s.w * inv_cols - mean_d * a);  // mean(gw), mean(gw * xhat)
-    if (STATS && valid && lane == 0) reinterpret_cast<float2*>(partial)[row] = make_float2(mean, rstd);
+    if (S == kl::Sums::kStats && valid && lane == 0) reinterpret_cast<float2*>(partial)[row] = make_float2(mean, rstd);
     P* out = reinterpret_cast<P*>(dx + offset);
     xr.for_each([&](const P& p, int k, int i) {
       const P g = gr.at(k, i), wk = kl::load_pack(pw + k);
@@ -74,13 +79,13 @@ __global__ void __launch_bounds__(kl::backward_block_limit<N, PER>(), kl::backwa
         o.v[j] = kl::from_float<T>(rstd * (gf[j] * kl::to_float(wk.v[j]) - fmaf(xhat, b, a)));
       }
       kl::store_pack(out + k, o);
-      if constexpr (!STATS) {
+      if constexpr (S != kl::Sums::kStats) {
         sum_w.add(k, i, gx, part_w);
         sum_b.add(k, i, gf, part_b);
       }
     });
   }
-  if constexpr (!STATS) {
+  if constexpr (S != kl::Sums::kStats) {
     sum_w.write(part_w, shared, packs, lane, group, static_cast<int>(cols));
     sum_b.write(part_b, shared, packs, lane, group, static_cast<int>(cols));
   }
@@ -113,26 +118,19 @@ cudaError_t launch(const T* dy, const T* x, const T* w, T* dx, T* dw, T* db, flo
   }
   const kl::RowPlan p = plan(dy, x, w, dx, dw, db, rows, cols);
   const int sms = kl::sm_count();
-  const size_t smem = p.rows_per_block > 1 ? cols * sizeof(float) : 0;
   // A handful of rows: each row's statistics (in the workspace), and the weight's gradients from them.
   const bool stats = kl::backward_uses_stats(p, rows);
   int grid = 0;
-  auto go = [&](auto kernel) {
+  auto go = [&](auto kernel, size_t smem) {
     grid = kl::backward_grid(kernel, p, smem, sms);
     if (p.per_thread == 0) cudaMemsetAsync(ws, 0, 2 * grid * cols * sizeof(float), stream);
     kernel<<<grid, p.threads(), smem, stream>>>(dy, x, w, dx, ws, rows, cols, eps, p.shift);
   };
-  if (p.pack == 1) {
-    kl::dispatch_per_thread(p.per_thread, [&](auto per) { go(layernorm_backward_kernel<T, 1, decltype(per)::value>); });
-  } else {
-    kl::dispatch_per_thread<32 / kl::kPack16<T>>(p.per_thread, [&](auto per) {
-      constexpr int PER = decltype(per)::value;
-      if constexpr (PER >= 1 && PER <= kl::kRowStatsMaxPer) {
-        if (stats) return go(layernorm_backward_kernel<T, kl::kPack16<T>, PER, true>);
-      }
-      go(layernorm_backward_kernel<T, kl::kPack16<T>, PER>);
-    });
-  }
+  kl::dispatch_backward<T>(p, stats, [&](auto n, auto per, auto sums) {
+    constexpr int N = decltype(n)::value, PER = decltype(per)::value;
+    constexpr kl::Sums S = decltype(sums)::value;
+    go(layernorm_backward_kernel<T, N, PER, S>, kl::backward_shared_bytes<N, PER, S, 4>(p, cols, 2));
+  });
   kl::launch_weight_grads<T>(stats, dy, x, ws, grid, rows, cols, dw, db, stream);
   return cudaGetLastError();
 }

@@ -12,7 +12,7 @@
 
 namespace {
 
-template <typename T, int N, int PER, bool STATS = false>
+template <typename T, int N, int PER, kl::Sums S>
 __global__ void __launch_bounds__(kl::backward_block_limit<N, PER>(), kl::backward_min_blocks<N, PER>())
     rmsnorm_backward_kernel(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
                               T* __restrict__ dx, float* __restrict__ partial, int64_t rows, int64_t cols, float eps,
@@ -25,7 +25,7 @@ __global__ void __launch_bounds__(kl::backward_block_limit<N, PER>(), kl::backwa
   const float inv_cols = 1.f / static_cast<float>(cols);
   float* part_w = partial + int64_t(blockIdx.x) * cols;
   const P* pw = reinterpret_cast<const P*>(w);
-  kl::ColumnSums<N, PER> sum_w;
+  kl::ColumnSums<N, PER, S, 2> sum_w(shared, packs, lane, group);
   // Every thread of the block takes the same number of turns (the reductions synchronise the block).
   for (int64_t base = int64_t(blockIdx.x) * rows_per_block; base < rows; base += int64_t(gridDim.x) * rows_per_block) {
     const int64_t row = base + local;
@@ -37,6 +37,11 @@ __global__ void __launch_bounds__(kl::backward_block_limit<N, PER>(), kl::backwa
     using G = std::conditional_t<kl::backward_prefetches_grad<N, PER>(), kl::RowPrefetched<P, PER>,
                                  kl::RowPacks<P, PER>>;
     const G gr = kl::make_grad_row<G>(reinterpret_cast<const P*>(dy + offset), valid ? packs : 0, t, valid);
+    if constexpr (kl::backward_prefetches_next<N, PER>() && S != kl::Sums::kStats) {  // the next row, into L2
+      const int64_t next = row + int64_t(gridDim.x) * rows_per_block;
+      kl::prefetch_row_l2<P, PER>(x, next, rows, cols, packs, t);
+      kl::prefetch_row_l2<P, PER>(dy, next, rows, cols, packs, t);
+    }
     float2 s = {0.f, 0.f};  // sums of x^2 and gw * x
     xr.for_each([&](const P& p, int k, int i) {
       const P g = gr.at(k, i), wk = kl::load_pack(pw + k);
@@ -50,7 +55,7 @@ __global__ void __launch_bounds__(kl::backward_block_limit<N, PER>(), kl::backwa
     s = kl::group_sum2(s, group);
     const float rstd = rsqrtf(s.x * inv_cols + eps);
     const float b = rstd * s.y * inv_cols;  // mean(gw * xhat)
-    if (STATS && valid && lane == 0) reinterpret_cast<float2*>(partial)[row] = make_float2(0.f, rstd);
+    if (S == kl::Sums::kStats && valid && lane == 0) reinterpret_cast<float2*>(partial)[row] = make_float2(0.f, rstd);
     P* out = reinterpret_cast<P*>(dx + offset);
     xr.for_each([&](const P& p, int k, int i) {
       const P g = gr.at(k, i), wk = kl::load_pack(pw + k);
@@ -63,10 +68,10 @@ __global__ void __launch_bounds__(kl::backward_block_limit<N, PER>(), kl::backwa
         o.v[j] = kl::from_float<T>(rstd * (gf * kl::to_float(wk.v[j]) - xhat * b));
       }
       kl::store_pack(out + k, o);
-      if constexpr (!STATS) sum_w.add(k, i, gx, part_w);
+      if constexpr (S != kl::Sums::kStats) sum_w.add(k, i, gx, part_w);
     });
   }
-  if constexpr (!STATS) sum_w.write(part_w, shared, packs, lane, group, static_cast<int>(cols));
+  if constexpr (S != kl::Sums::kStats) sum_w.write(part_w, shared, packs, lane, group, static_cast<int>(cols));
 }
 
 template <typename T>
@@ -93,26 +98,19 @@ cudaError_t launch(const T* dy, const T* x, const T* w, T* dx, T* dw, float* ws,
   }
   const kl::RowPlan p = plan(dy, x, w, dx, dw, rows, cols);
   const int sms = kl::sm_count();
-  const size_t smem = p.rows_per_block > 1 ? cols * sizeof(float) : 0;
   // A handful of rows: each row's statistics (in the workspace), and the weight's gradients from them.
   const bool stats = kl::backward_uses_stats(p, rows);
   int grid = 0;
-  auto go = [&](auto kernel) {
+  auto go = [&](auto kernel, size_t smem) {
     grid = kl::backward_grid(kernel, p, smem, sms);
     if (p.per_thread == 0) cudaMemsetAsync(ws, 0, grid * cols * sizeof(float), stream);
     kernel<<<grid, p.threads(), smem, stream>>>(dy, x, w, dx, ws, rows, cols, eps, p.shift);
   };
-  if (p.pack == 1) {
-    kl::dispatch_per_thread(p.per_thread, [&](auto per) { go(rmsnorm_backward_kernel<T, 1, decltype(per)::value>); });
-  } else {
-    kl::dispatch_per_thread<32 / kl::kPack16<T>>(p.per_thread, [&](auto per) {
-      constexpr int PER = decltype(per)::value;
-      if constexpr (PER >= 1 && PER <= kl::kRowStatsMaxPer) {
-        if (stats) return go(rmsnorm_backward_kernel<T, kl::kPack16<T>, PER, true>);
-      }
-      go(rmsnorm_backward_kernel<T, kl::kPack16<T>, PER>);
-    });
-  }
+  kl::dispatch_backward<T>(p, stats, [&](auto n, auto per, auto sums) {
+    constexpr int N = decltype(n)::value, PER = decltype(per)::value;
+    constexpr kl::Sums S = decltype(sums)::value;
+    go(rmsnorm_backward_kernel<T, N, PER, S>, kl::backward_shared_bytes<N, PER, S, 2>(p, cols, 1));
+  });
   kl::launch_weight_grads<T>(stats, dy, x, ws, grid, rows, cols, dw, nullptr, stream);
   return cudaGetLastError();
 }
