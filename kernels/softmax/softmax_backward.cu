@@ -39,7 +39,7 @@ template <typename T>
 cudaError_t launch(const T* dy, const T* y, T* dx, int64_t rows, int64_t cols, cudaStream_t stream) {
   if (rows == 0 || cols == 0) return cudaSuccess;
   const bool aligned = kl::aligned16(dy) && kl::aligned16(y) && kl::aligned16(dx);
-  const kl::RowPlan p = kl::plan_backward_rows(rows, cols, kl::kPack16<T>, aligned, kl::sm_count());
+  const kl::RowPlan p = kl::plan_backward_rows(rows, cols, kl::kPack16<T>, aligned, kl::sm_count(), false);
   const dim3 grid(static_cast<unsigned>(p.blocks));
   if (p.pack == 1) {
     kl::dispatch_per_thread(p.per_thread, [&](auto per) {
