@@ -13,11 +13,12 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import IO, Callable, Iterator, Sequence
 
 from ...errors import ExtensionError
 from ..compilerlog import KernelResources
 from .failures import (
+    CRASHED,
     _explain,
     _force_rebuild,
     _forget_failure,
@@ -138,12 +139,12 @@ def build(
             # torch compiled nothing (same source text as its failed call earlier in this process, only a
             # header changed, or another process held the build lock and failed): compile for real once,
             # so the error is the compiler's and not a missing library's.
-            _force_rebuild(name)
-            failure = None
-            try:
-                library = load()
-            except (RuntimeError, OSError) as e:
-                failure = e
+            failure, library = _again(name, load)
+        if failure is not None and _is_compile_error(failure) and CRASHED.search(captured.so_far()):
+            # The compiler crashed (CI met Debian's nvcc 12.4 segfaulting once on a source it compiles every other
+            # time): once more, before the run fails for it.
+            sys.stderr.write(f"{name}: the compiler crashed; compiling once more\n")
+            failure, library = _again(name, load)
     seconds = time.perf_counter() - started
     log = captured.text
     if verbose:
@@ -163,8 +164,29 @@ def build(
     return Build(library.stem, library, directory, seconds, compiled, resources, kernels)
 
 
+def _again(name: str, load: Callable[[], Path]) -> tuple[BaseException | None, Path | None]:
+    """load() once more, compiling for real (torch's versioner would otherwise skip sources it saw fail)."""
+    _force_rebuild(name)
+    try:
+        return None, load()
+    except (RuntimeError, OSError) as e:
+        return e, None
+
+
 class _Captured:
     text = ""
+    sink: IO[bytes] | None = None
+
+    def so_far(self) -> str:
+        """What the child processes wrote until now."""
+        if self.sink is None:
+            return self.text
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.sink.seek(0)
+        data = self.sink.read().decode(errors="replace")
+        self.sink.seek(0, os.SEEK_END)
+        return data
 
 
 @contextlib.contextmanager
@@ -175,6 +197,7 @@ def _captured_output() -> Iterator[_Captured]:
     sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
     with tempfile.TemporaryFile() as sink:
+        captured.sink = sink
         os.dup2(sink.fileno(), 1)
         os.dup2(sink.fileno(), 2)
         try:
@@ -188,3 +211,4 @@ def _captured_output() -> Iterator[_Captured]:
             os.close(saved[1])
             sink.seek(0)
             captured.text = sink.read().decode(errors="replace")
+            captured.sink = None

@@ -29,6 +29,9 @@ _TRANSIENT = re.compile(r"Killed signal|died due to signal|internal compiler err
                         r"virtual memory exhausted|Cannot allocate memory|out of memory|Segmentation fault",
                         re.IGNORECASE)
 
+#: A compiler that died on its own (not the sources' error): the build is tried once more at once.
+CRASHED = re.compile(r"Segmentation fault|internal compiler error|died due to signal", re.IGNORECASE)
+
 #: Failures remembered in this process, by build folder: (fingerprint, message).
 _FAILED: dict[Path, tuple[str, str]] = {}
 
