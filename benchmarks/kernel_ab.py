@@ -1,0 +1,183 @@
+"""Kernel A/B: the GPU time of one op's kernels in two versions of kernels/, side by side. What a kernel writer asks
+after an edit, before a full bench: which kernels got faster, at which shapes, by how much.
+
+    python benchmarks/kernel_ab.py -k layernorm [--pass backward] [--base HEAD] [--shapes 4x8192,16384x1024]
+                                   [--dtypes float32,float16] [--calls 30] [--json PATH]
+
+`--base` is a git revision (its kernels/ taken with `git archive`) or a folder holding a kernels/ tree; the other
+side is this checkout's kernels/. Each side is built and timed in a process of its own (both build at once), and
+each (shape, dtype) is timed with torch.profiler: the L2 flushed before every call, the kernels' device time
+summed per call (launch overhead is not in it), `--calls` calls. Each side's result is checked against the
+reference first (forward: the output; backward: every gradient), and its largest error printed beside its time.
+The shapes default to the op's bench_shapes, the dtypes to its bench_dtypes. Needs a GPU.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+from io import BytesIO
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: One side, in a process of its own: prints a JSON line per (shape, dtype).
+MEASURE = r"""
+import json, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+import torch
+from kernellab.ops import library, spec as opspec
+tree, op, which, calls = sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
+cases = json.loads(sys.argv[6])
+mod = library.load(opspec.parse_spec(Path(tree) / "kernels" / op / "op.toml"))
+if calls == 0:  # build only
+    sys.exit(0)
+label = next(iter(mod.candidates))
+flush = torch.empty(2 * torch.cuda.get_device_properties(0).L2_cache_size, dtype=torch.int8, device="cuda")
+ignore = ("elementwise", "fill", "memset")  # the flush's and the allocator's own kernels
+for shape, dtype in cases:
+    inputs = mod.make_inputs(shape, dtype, "cuda", 0)
+    out = mod.candidates[label](*inputs)
+    if which == "backward":
+        grad_out = mod.make_grad_out(out, 0)
+        grads = mod.backwards[label](grad_out, *inputs, out=out)
+        pairs = zip(grads, mod.reference_grads(inputs, grad_out))
+        call = lambda: mod.backwards[label](grad_out, *inputs, out=out, grads=grads)
+    else:
+        pairs = [(out, mod.reference(*inputs))]
+        call = lambda: mod.candidates[label](*inputs, out=out)
+    error = max(float((a.float() - b.float()).abs().max()) for a, b in pairs)
+    for _ in range(5):
+        call()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            flush.zero_()
+            call()
+        torch.cuda.synchronize()
+    kernels = {}
+    for e in prof.events():
+        if e.device_type != torch.autograd.DeviceType.CUDA or any(w in e.name.lower() for w in ignore):
+            continue
+        kernels[e.name] = kernels.get(e.name, 0.0) + getattr(e, "device_time_total", 0.0)
+    kernels = {k: v / calls for k, v in kernels.items()}
+    print(json.dumps({"shape": shape, "dtype": dtype, "us": sum(kernels.values()), "kernels": kernels,
+                      "max_error": error}), flush=True)
+"""
+
+
+def parse_shapes(text: str) -> list[dict[str, int]]:
+    """"4x8192,16384x1024" -> [{"rows": 4, "cols": 8192}, ...]."""
+    shapes = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        rows, sep, cols = part.partition("x")
+        if not sep or not rows.isdigit() or not cols.isdigit():
+            raise SystemExit(f"--shapes: {part!r} is not ROWSxCOLS (e.g. 4096x4096)")
+        shapes.append({"rows": int(rows), "cols": int(cols)})
+    return shapes
+
+
+def export_base(base: str, into: Path) -> Path:
+    """A folder holding the base's kernels/: `base` itself when it is one, else that git revision's kernels/."""
+    folder = Path(base)
+    if (folder / "kernels").is_dir():
+        return folder
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", base, "kernels"],
+                             capture_output=True)
+    if archive.returncode != 0:
+        raise SystemExit(f"--base {base}: neither a folder with kernels/ nor a git revision that has kernels/ "
+                         f"({archive.stderr.decode(errors='replace').strip()})")
+    with tarfile.open(fileobj=BytesIO(archive.stdout)) as tar:
+        tar.extractall(into, filter="data") if hasattr(tarfile, "data_filter") else tar.extractall(into)
+    return into
+
+
+def short_name(kernel: str) -> str:
+    """A kernel's name without its template arguments, parameters and namespace noise."""
+    name = kernel.replace("void ", "").replace("(anonymous namespace)::", "")
+    return name.split("<")[0].split("(")[0]
+
+
+def table(base: list[dict[str, Any]], new: list[dict[str, Any]]) -> str:
+    """Markdown: per case, each side's kernel time (and kernels), the change, and each side's largest error."""
+    lines = ["| rows x cols | dtype | base | this checkout | change | max error (base / this) |",
+             "|---|---|---|---|---|---|"]
+    for a, b in zip(base, new):
+        def cell(r: dict[str, Any]) -> str:
+            parts = " + ".join(f"{short_name(k)} {v:.2f}" for k, v in r["kernels"].items())
+            return f"{r['us']:.2f} us ({parts})" if len(r["kernels"]) > 1 else f"{r['us']:.2f} us"
+        change = (b["us"] / a["us"] - 1) * 100 if a["us"] else float("nan")
+        shape = f"{a['shape']['rows']}x{a['shape']['cols']}"
+        lines.append(f"| {shape} | {a['dtype']} | {cell(a)} | {cell(b)} | {change:+.1f}% | "
+                     f"{a['max_error']:.3g} / {b['max_error']:.3g} |")
+    return "\n".join(lines)
+
+
+def measure(tree: Path, op: str, which: str, calls: int, cases: list) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", MEASURE, str(ROOT / "src"), str(tree), op, which, str(calls),
+                             json.dumps(cases)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+def collect(proc: subprocess.Popen, side: str) -> list[dict[str, Any]]:
+    out, err = proc.communicate()
+    if proc.returncode != 0:
+        raise SystemExit(f"{side} failed (exit {proc.returncode}):\n{err[-3000:]}")
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("-k", dest="op", required=True, help="the op (a folder under kernels/)")
+    ap.add_argument("--pass", dest="which", choices=["forward", "backward"], default="forward")
+    ap.add_argument("--base", default="HEAD", help="a git revision or a folder holding kernels/ (default HEAD)")
+    ap.add_argument("--shapes", help="ROWSxCOLS,... (default: the op's bench_shapes)")
+    ap.add_argument("--dtypes", help="dtype,... (default: the op's bench_dtypes)")
+    ap.add_argument("--calls", type=int, default=30, help="timed calls per case (at least 1)")
+    ap.add_argument("--json", type=Path, help="also write both sides' records here")
+    args = ap.parse_args(argv)
+    if args.calls < 1:
+        raise SystemExit("--calls: at least 1.")
+    sys.path.insert(0, str(ROOT / "src"))
+    from kernellab.errors import ConfigError
+    from kernellab.ops import spec as opspec
+
+    if not (ROOT / "kernels" / args.op / "op.toml").is_file():
+        raise SystemExit(f"-k {args.op}: no such op; ops: {', '.join(opspec.op_names(ROOT / 'kernels'))}.")
+    try:
+        spec = opspec.parse_spec(ROOT / "kernels" / args.op / "op.toml")
+    except ConfigError as e:
+        raise SystemExit(str(e)) from None
+    if args.which == "backward" and spec.backward is None:
+        raise SystemExit(f"{args.op} has no backward (no [backward] in its op.toml): use --pass forward.")
+    import torch
+
+    if not torch.cuda.is_available():
+        raise SystemExit(f"kernel_ab times GPU kernels: torch {torch.__version__} sees no GPU here.")
+    shapes = parse_shapes(args.shapes) if args.shapes else list(spec.bench_shapes)
+    dtypes = args.dtypes.split(",") if args.dtypes else list(spec.bench_dtypes)
+    cases = [[shape, dtype] for shape in shapes for dtype in dtypes]
+    with tempfile.TemporaryDirectory(prefix="kernel-ab-") as tmp:
+        trees = {f"--base {args.base}": export_base(args.base, Path(tmp)), "this checkout": ROOT}
+        # Both sides build at once; then each is timed alone, so that neither shares the GPU with the other.
+        builds = {side: measure(tree, args.op, args.which, 0, cases) for side, tree in trees.items()}
+        for side, proc in builds.items():
+            collect(proc, side)
+        base, new = (collect(measure(tree, args.op, args.which, args.calls, cases), side)
+                     for side, tree in trees.items())
+    print(f"{args.op} {args.which}: kernel time per call (torch.profiler, L2 flushed), base {args.base} against "
+          f"this checkout\n")
+    print(table(base, new))
+    if args.json:
+        args.json.write_text(json.dumps({"op": args.op, "pass": args.which, "base": args.base,
+                                         "sides": {"base": base, "this": new}}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""benchmarks/kernel_ab.py without a GPU: its arguments, the base's kernels/ taken from git, and the table it prints.
+(Its timing runs on the GPU machine: results/h200-norms has the figures of the script it grew from.)"""
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernellab import ROOT
+
+spec = importlib.util.spec_from_file_location("kernel_ab", ROOT / "benchmarks" / "kernel_ab.py")
+assert spec is not None and spec.loader is not None
+kernel_ab = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(kernel_ab)
+
+
+def test_shapes_parse_and_a_bad_one_is_one_sentence() -> None:
+    assert kernel_ab.parse_shapes("4x8192, 16384x1024,") == [{"rows": 4, "cols": 8192}, {"rows": 16384, "cols": 1024}]
+    with pytest.raises(SystemExit, match=r"--shapes: '4x' is not ROWSxCOLS"):
+        kernel_ab.parse_shapes("4x")
+
+
+def test_the_base_is_a_revisions_kernels_tree_or_a_folder_holding_one(tmp_path: Path) -> None:
+    if subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True).returncode != 0:
+        pytest.skip("not a git checkout")
+    tree = kernel_ab.export_base("HEAD", tmp_path / "head")
+    committed = subprocess.run(["git", "-C", str(ROOT), "show", "HEAD:kernels/layernorm/op.toml"],
+                               capture_output=True, text=True, check=True).stdout
+    assert (tree / "kernels" / "layernorm" / "op.toml").read_text() == committed
+    assert (tree / "kernels" / "_common" / "rowwise.cuh").is_file()
+    assert kernel_ab.export_base(str(tree), tmp_path / "unused") == tree  # a folder with kernels/ is taken as it is
+    with pytest.raises(SystemExit, match=r"--base no-such-rev: neither a folder with kernels/ nor a git revision"):
+        kernel_ab.export_base("no-such-rev", tmp_path / "bad")
+
+
+def test_the_table_has_each_sides_kernels_the_change_and_the_errors() -> None:
+    def side(us: float, kernels: dict, error: float) -> dict:
+        return {"shape": {"rows": 16384, "cols": 1024}, "dtype": "float16", "us": us, "kernels": kernels,
+                "max_error": error}
+
+    base = side(72.3, {"void (anonymous namespace)::layernorm_backward_kernel<__half, 8, 2>(...)": 70.2,
+                       "void kl::column_sums<__half>(float const*, int, int, __half*, __half*)": 2.1}, 0.00195)
+    new = side(51.7, {"void (anonymous namespace)::layernorm_backward_kernel<__half, 8, 2, (kl::Sums)0>(...)": 49.6,
+                      "void kl::column_sums<__half>(float const*, int, int, __half*, __half*)": 2.1}, 0.00195)
+    lines = kernel_ab.table([base], [new]).splitlines()
+    assert lines[0].startswith("| rows x cols | dtype | base | this checkout | change |")
+    assert lines[2] == ("| 16384x1024 | float16 | 72.30 us (layernorm_backward_kernel 70.20 + kl::column_sums 2.10) | "
+                        "51.70 us (layernorm_backward_kernel 49.60 + kl::column_sums 2.10) | -28.5% | 0.00195 / 0.00195 |")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["-k", "no_such_op"], r"-k no_such_op: no such op; ops: .*layernorm"),
+    (["-k", "vector_add", "--pass", "backward"], r"vector_add has no backward"),
+    (["-k", "layernorm", "--calls", "0"], r"--calls: at least 1"),
+])
+def test_bad_arguments_are_one_sentence(argv: list[str], message: str) -> None:
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "kernel_ab.py"), *argv], capture_output=True,
+                            text=True)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert re.search(message, result.stderr), result.stderr
