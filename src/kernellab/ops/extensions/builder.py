@@ -140,15 +140,21 @@ def build(
             # header changed, or another process held the build lock and failed): compile for real once,
             # so the error is the compiler's and not a missing library's.
             failure, library = _again(name, load)
-        if failure is not None and _is_compile_error(failure) and CRASHED.search(captured.so_far()):
-            # The compiler crashed (CI met Debian's nvcc 12.4 segfaulting once on a source it compiles every other
-            # time): once more, before the run fails for it.
-            sys.stderr.write(f"{name}: the compiler crashed; compiling once more\n")
+        # The log until now when the compiler crashed (CI met Debian's nvcc 12.4 segfaulting once on a source it
+        # compiles every other time): then the build runs once more, before the run fails for it.
+        crashed = captured.so_far() if failure is not None and _is_compile_error(failure) else ""
+        if CRASHED.search(crashed):
             failure, library = _again(name, load)
+        else:
+            crashed = ""
     seconds = time.perf_counter() - started
     log = captured.text
     if verbose:
         sys.stdout.write(log)
+    if crashed:
+        sys.stderr.write(f"{name}: the compiler crashed, and the build was run once more\n")
+        # What the second try met is what counts: its own error is kept and explained, not the crash's.
+        log = log[len(crashed):]
     if failure is not None:
         (directory / "build.log").write_text(log)
         error = _explain(name, failure, log, directory)
