@@ -205,6 +205,16 @@ def test_cuda_12_4_from_debian_compiles_every_cuda_op_for_sm80_and_sm90(cu124_de
     assert ptxas and any("for 'sm_90'" in p.read_text() for p in ptxas), "ptxas reports are kept in the build logs"
 
 
+def test_every_norm_backward_plan_launches_a_block_its_kernel_takes(cu124_debian, tmp_path, monkeypatch):
+    # Host code, no GPU: tests/plans/backward_plans.cu runs kl::plan_backward_rows over some 265K shapes and checks
+    # each against the kernel variant kl::dispatch_backward picks. A handful of rows of 8200 to 16384 fp16 columns
+    # once got a block of 1024 threads for a kernel bounded to 512 (a launch failure on the GPU).
+    monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path / "cache"))
+    check = ("nvcc -std=c++17 -I/workspace/kernels/_common -o /tmp/backward_plans /workspace/tests/plans/backward_plans.cu"
+             " && /tmp/backward_plans")
+    assert runner.run(cu124_debian.tags[0], ["sh", "-c", check], gpu=False, engine=DOCKER) == 0
+
+
 def test_cu124_debian_carries_debians_nsys_beside_its_report_importer(cu124_debian):
     image, home = cu124_debian.tags[0], "/opt/nvidia/nsight-systems/2023.4.4"
     assert cu124_debian.spec.nsys_home == home and DOCKER.labels(image).get("kernellab.nsys") == cu124_debian.spec.nsys

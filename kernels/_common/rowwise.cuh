@@ -332,8 +332,10 @@ inline RowPlan plan_backward_rows(int64_t rows, int64_t cols, int pack16, bool a
   // Tried when 4 rows of 8192 fp16 took 12.4 us in the backward kernel against 4.9 us for float32; alone it did
   // not help (13.2 us): Nsight Compute then put the time in the partial sums' one-float stores (lg_throttle),
   // which ColumnSums::write now makes 16 bytes wide. The H100 figures in results/h100-norms have both.
-  while (spread && p.pack >= 8 && p.per_thread > 1 && p.pack * p.per_thread > 8 && p.group < kRowMaxThreads && p.rows_per_block == 1 &&
-         p.blocks < sms) {
+  // A group of 1024 only where a thread then holds 8 elements or fewer (backward_block_limit): rows of 8200 to
+  // 16384 fp16 had gone from 512 threads of 4 packs to 1024 of 2, a block the kernel cannot launch.
+  while (spread && p.pack >= 8 && p.per_thread > 1 && p.pack * p.per_thread > 8 && p.group < kRowMaxThreads &&
+         p.rows_per_block == 1 && p.blocks < sms && (2 * p.group < kRowMaxThreads || p.pack * p.per_thread <= 16)) {
     p.group *= 2;
     p.per_thread /= 2;
     ++p.shift;

@@ -17,7 +17,7 @@ __global__ void __launch_bounds__(kl::backward_block_limit<N, PER>(), kl::backwa
     rmsnorm_backward_kernel(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
                               T* __restrict__ dx, float* __restrict__ partial, int64_t rows, int64_t cols, float eps,
                               int shift) {
-  extern __shared__ float shared[];
+  extern __shared__ __align__(16) float shared[];  // float4 rows (ColumnSums)
   using P = kl::Pack<T, N>;
   const int rows_per_block = blockDim.x >> shift, group = 1 << shift;
   const int lane = threadIdx.x & (group - 1), local = threadIdx.x >> shift;
