@@ -205,13 +205,13 @@ def test_cuda_12_4_from_debian_compiles_every_cuda_op_for_sm80_and_sm90(cu124_de
     assert ptxas and any("for 'sm_90'" in p.read_text() for p in ptxas), "ptxas reports are kept in the build logs"
 
 
-def test_every_norm_backward_plan_launches_a_block_its_kernel_takes(cu124_debian, tmp_path, monkeypatch):
-    # Host code, no GPU: tests/plans/backward_plans.cu runs kl::plan_backward_rows over some 265K shapes and checks
-    # each against the kernel variant kl::dispatch_backward picks. A handful of rows of 8200 to 16384 fp16 columns
+def test_every_row_plan_launches_a_block_its_kernel_takes(cu124_debian, tmp_path, monkeypatch):
+    # Host code, no GPU: tests/plans/row_plans.cu runs the row plans (backward and forward) over some 400K shapes and
+    # checks each against the kernel variant that is launched for it. A handful of rows of 8200 to 16384 fp16 columns
     # once got a block of 1024 threads for a kernel bounded to 512 (a launch failure on the GPU).
     monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path / "cache"))
-    check = ("nvcc -std=c++17 -I/workspace/kernels/_common -o /tmp/backward_plans /workspace/tests/plans/backward_plans.cu"
-             " && /tmp/backward_plans")
+    check = ("nvcc -std=c++17 -I/workspace/kernels/_common -o /tmp/row_plans /workspace/tests/plans/row_plans.cu"
+             " && /tmp/row_plans")
     assert runner.run(cu124_debian.tags[0], ["sh", "-c", check], gpu=False, engine=DOCKER) == 0
 
 

@@ -1,0 +1,63 @@
+// Host code only (no GPU needed): every row plan of kernels/_common/rowwise.cuh, over some 400K shapes, launches a
+// block its kernel accepts. Backwards (plan_backward_rows, with and without the 2-byte spread): the variant
+// kl::dispatch_backward picks, bounded by backward_block_limit<N, PER>(); a block of several rows only where a thread
+// holds at most 16 elements (the several-rows epilogue, Sums::kBlockRows, is compiled for those only); no packs per
+// thread the dispatch does not compile. Forwards (plan_rows): row_block_limit<N, PER>(). Exit status 1 and the first
+// bad plans printed when any fails.
+// Built and run by tests/test_debian_docker.py in the cu124-debian image (nvcc, no GPU).
+#include <cstdio>
+
+#include "rowwise.cuh"
+
+namespace {
+
+// The block limit (__launch_bounds__) of the kernel launched for plan p, or 0 when none is compiled for its packs a
+// thread: backwards compile up to 32 elements a thread (kl::dispatch_backward), forwards up to 8 packs.
+template <bool BACKWARD, int N>
+int block_limit(const kl::RowPlan& p) {
+  int limit = 0;
+  constexpr int kMaxPer = BACKWARD && N > 1 ? 32 / N : 8;
+  kl::dispatch_per_thread<kMaxPer>(p.per_thread, [&](auto per) {
+    constexpr int PER = decltype(per)::value;
+    limit = BACKWARD ? kl::backward_block_limit<N, PER>() : kl::row_block_limit<N, PER>();
+  });
+  return limit;
+}
+
+template <bool BACKWARD>
+int block_limit(int pack, const kl::RowPlan& p) {
+  return pack == 1 ? block_limit<BACKWARD, 1>(p) : pack == 4 ? block_limit<BACKWARD, 4>(p) : block_limit<BACKWARD, 8>(p);
+}
+
+}  // namespace
+
+int main() {
+  int plans = 0, bad = 0;
+  for (int kind : {0, 1, 2}) {  // backward with the spread, backward without, forward
+    const bool spread = kind == 0, backward = kind < 2;
+    for (int pack : {1, 4, 8}) {
+      for (int64_t rows : {1, 2, 3, 4, 8, 17, 31, 32, 33, 64, 100, 131, 132, 133, 200, 264, 1000, 4096, 70001}) {
+        for (int64_t cols = pack; cols <= 70000; cols += cols < 2048 ? pack : cols < 20000 ? 8 * pack : 64 * pack) {
+          const kl::RowPlan p = backward ? kl::plan_backward_rows(rows, cols, pack, true, 132, spread)
+                                         : kl::plan_rows(rows, cols, pack, true, 132);
+          const int limit = backward ? block_limit<true>(pack, p) : block_limit<false>(pack, p);
+          const bool over = p.threads() > limit;
+          const bool several = backward && p.rows_per_block > 1 && pack * p.per_thread > 16;
+          ++plans;
+          if (limit == 0 || over || several) {
+            if (++bad <= 10) {
+              const char* what = backward ? (spread ? "backward" : "backward, no spread") : "forward";
+              std::printf("%s pack %d, %lld x %lld: group %d, %d packs a thread, %d rows a block, %d threads "
+                          "(the kernel takes %d)%s%s\n",
+                          what, pack, static_cast<long long>(rows), static_cast<long long>(cols), p.group, p.per_thread,
+                          p.rows_per_block, p.threads(), limit, limit ? "" : ": no kernel compiled for it",
+                          several ? ": several rows past 16 elements" : "");
+            }
+          }
+        }
+      }
+    }
+  }
+  std::printf("%d row plans, %d that do not launch\n", plans, bad);
+  return bad == 0 ? 0 : 1;
+}
