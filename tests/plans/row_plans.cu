@@ -26,7 +26,8 @@ int block_limit(const kl::RowPlan& p) {
 
 template <bool BACKWARD>
 int block_limit(int pack, const kl::RowPlan& p) {
-  return pack == 1 ? block_limit<BACKWARD, 1>(p) : pack == 4 ? block_limit<BACKWARD, 4>(p) : block_limit<BACKWARD, 8>(p);
+  if (pack == 1) return block_limit<BACKWARD, 1>(p);
+  return pack == 4 ? block_limit<BACKWARD, 4>(p) : block_limit<BACKWARD, 8>(p);
 }
 
 }  // namespace
