@@ -38,7 +38,7 @@ cases = json.loads(sys.argv[6])
 mod = library.load(opspec.parse_spec(Path(tree) / "kernels" / op / "op.toml"))
 if calls == 0:  # build only
     sys.exit(0)
-label = next(iter(mod.candidates))
+label = next(c for c in mod.candidates if which == "forward" or c in mod.backwards)  # the first that has it
 flush = torch.empty(2 * torch.cuda.get_device_properties(0).L2_cache_size, dtype=torch.int8, device="cuda")
 ignore = ("elementwise", "fill", "memset")  # the flush's and the allocator's own kernels
 for shape, dtype in cases:
