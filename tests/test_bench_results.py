@@ -249,3 +249,22 @@ def test_a_missing_or_mismatched_sidecar_is_one_sentence(tmp_path: Path) -> None
     (tmp_path / results.RAW_FILE).write_bytes(raw)
     with pytest.raises(BenchError, match="holds samples for 41 rows, not 3"):
         results.load(tmp_path)
+
+
+def test_min_time_sets_the_measured_time_per_function_and_the_summary_says_so(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    # --min-time 0.2 (as `invoke bench --min-time 0.2` passes it): every function measured for at least 0.2 s of the
+    # fake clock's time unless its timeout (20x) ended it, the settings recorded, and the summary's Timing line true.
+    monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path / "cache"))
+    clock = bench_fakes.use_fake_clock(monkeypatch)
+    doc, folder = runner.run(runner.Options(quick=True, out=tmp_path / "r", min_time_s=0.2),
+                             catalog=bench_fakes.catalog(clock=clock), log=io.StringIO())
+    assert doc["settings"]["min_time_s"] == 0.2 and doc["settings"]["timeout_s"] == 4.0
+    timed = [r for r in doc["rows"] if r["status"] == "ok"]
+    assert timed and all(sum(r["samples_ms"]) >= 200 or r["stop_reason"] == "timeout" for r in timed)
+    summary = (folder / "summary.md").read_text()
+    assert ">= 10 samples and >= 0.2 s" in summary and "or 4.0 s per function" in summary
+
+
+def test_min_time_must_be_more_than_zero() -> None:
+    assert bench.main(["--min-time", "0", "--out", "/nonexistent"]) == 2

@@ -40,3 +40,20 @@ def test_compare_and_out_are_refused_on_a_cluster() -> None:
     with pytest.raises(Exit, match="--compare and --out are for runs on this machine") as e:
         task_module.bench.body(context(RecordingPlace()), on="slurm", compare="old")
     assert e.value.code == 2
+
+
+def test_min_time_reaches_the_bench_and_every_cluster_part() -> None:
+    place = RecordingPlace()
+    task_module.bench.body(context(place), k="softmax", min_time="0.1")
+    assert place.job.argv == ("python", "-m", "kernellab.bench", "-k", "softmax", "--min-time", "0.1")
+    from kernellab import jobs
+
+    (part,) = jobs.bench("softmax and not triton", min_time=0.1).parts()
+    assert part.argv[part.argv.index("--min-time") + 1] == "0.1"
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "fast", "inf", "nan"])
+def test_a_min_time_that_is_not_a_positive_number_is_one_sentence(value: str) -> None:
+    with pytest.raises(Exit, match=r"--min-time is seconds of measured time per function, a number more than 0") as e:
+        task_module.bench.body(context(RecordingPlace()), min_time=value)
+    assert e.value.code == 2

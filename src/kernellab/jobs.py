@@ -95,17 +95,18 @@ def _test_part(op: str, select: str) -> Part:
 
 
 def bench(k: str | None = None, *, quick: bool = False, compare: str | None = None, out: str | None = None,
-          system: str | None = None) -> Job:
+          system: str | None = None, min_time: float | None = None) -> Job:
     """The bench; system: a recipe's offer of baselines (kernellab.bench.systems.Offer as JSON, --against); on a
     cluster one part per op, merged per GPU type and across them."""
     return _build("bench", ["python", "-m", "kernellab.bench"], ("-k", k), ("--quick", quick),
+                  ("--min-time", None if min_time is None else repr(min_time)),
                   ("--compare", _run_folder(compare)), ("--out", _path(out)), ("--system", system), select=k,
-                  results="--out", parts=partial(per_op, k, partial(_bench_part, quick=quick)),
+                  results="--out", parts=partial(per_op, k, partial(_bench_part, quick=quick, min_time=min_time)),
                   merger="kernellab.cluster.report:bench_tables")
 
 
-def _bench_part(op: str, select: str, *, quick: bool) -> Part:
-    return Part(op, (*bench(select, quick=quick).argv, "--out", RESULTS))
+def _bench_part(op: str, select: str, *, quick: bool, min_time: float | None) -> Part:
+    return Part(op, (*bench(select, quick=quick, min_time=min_time).argv, "--out", RESULTS))
 
 
 def per_op(k: str | None, part: Callable[[str, str], Part]) -> list[Part]:

@@ -30,6 +30,7 @@ class Options:
     out: Path | None = None         # the run's folder; default results/<date>-<gpu>
     refresh_calibration: bool = False
     system: str | None = None       # a recipe's offer of baselines (bench.systems.Offer as JSON): --against
+    min_time_s: float | None = None  # --min-time: measured time per function, instead of the settings' own
 
 
 @dataclass
@@ -67,6 +68,8 @@ def run(options: Options, *, catalog: Any = None, log: IO[str] | None = None) ->
                              f"-k {options.select!r} does not select.")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     settings = timing.QUICK if options.quick else timing.DEFAULT
+    if options.min_time_s is not None:
+        settings = timing.with_min_time(settings, options.min_time_s)
     env, probe = describe(torch)
     gpu = env["gpu"]
     started = dt.datetime.now(dt.timezone.utc)

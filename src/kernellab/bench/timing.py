@@ -55,6 +55,12 @@ DEFAULT = Settings()
 QUICK = replace(DEFAULT, min_time_s=0.05, timeout_s=1.0, graph_replays=10)
 
 
+def with_min_time(settings: Settings, seconds: float) -> Settings:
+    """`--min-time`: settings measuring each function for at least `seconds`, with the timeout scaled alike
+    (20 times it, as the defaults' 0.5 s and 10 s; at least 1 s)."""
+    return replace(settings, min_time_s=seconds, timeout_s=max(1.0, 20 * seconds))
+
+
 @dataclass
 class Measurement:
     """Raw samples of one function and how the measurement ended."""

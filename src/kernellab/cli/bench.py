@@ -23,23 +23,40 @@ def refuse_wheelhouse(wheelhouse: str | None, verb: str) -> None:
 @task(place=True, help={
     "k": "only ops whose name matches EXPR (like pytest -k: words, and, or, not)",
     "quick": "first bench shape only, short measurements: a sanity check, not a figure to publish",
+    "min-time": "seconds of measured time per function before it may stop (default 0.5; the timeout is 20 times it)",
     "compare": "an earlier run (results/<run>): each row same/faster/slower; exit 1 on a regression",
     "out": "the run's folder (default results/<date>-<gpu>)",
     "against": "a recipe whose published system is a baseline too (its [baselines]): run in the recipe's image",
     "wheelhouse": WHEELHOUSE_HELP,
 })
 def bench(c: Any, k: str | None = None, quick: bool = False, compare: str | None = None, out: str | None = None,
-          against: str | None = None, wheelhouse: str | None = None, *, where: Flags) -> None:
+          against: str | None = None, wheelhouse: str | None = None, min_time: str | None = None, *,
+          where: Flags) -> None:
     """Benchmark kernels against PyTorch baselines (and a recipe's system: --against); results in results/<run>/."""
+    seconds = _seconds(min_time)
     if where.on_cluster and (compare or out):
         raise UsageError("--compare and --out are for runs on this machine; a cluster run writes "
                          "results/<run>/ and `invoke bench --compare` works on it afterwards.")
     if against:
-        run_against(c, against, lambda offer: jobs.bench(k, quick=quick, compare=compare, out=out, system=offer),
+        run_against(c, against, lambda offer: jobs.bench(k, quick=quick, compare=compare, out=out, system=offer,
+                                                         min_time=seconds),
                     k=k, where=where, verb="bench", wheelhouse=wheelhouse)
         return
     refuse_wheelhouse(wheelhouse, "bench")
-    run_job(c, jobs.bench(k, quick=quick, compare=compare, out=out), where)
+    run_job(c, jobs.bench(k, quick=quick, compare=compare, out=out, min_time=seconds), where)
+
+
+def _seconds(min_time: str | None) -> float | None:
+    """--min-time as seconds: a number more than 0, or a UsageError naming what was given."""
+    if min_time is None:
+        return None
+    try:
+        seconds = float(min_time)
+    except ValueError:
+        seconds = float("nan")
+    if not seconds > 0 or seconds == float("inf"):
+        raise UsageError(f"--min-time is seconds of measured time per function, a number more than 0; got {min_time!r}.")
+    return seconds
 
 
 def run_against(c: Any, name: str, make_job: Callable[[str], jobs.Job], *, k: str | None, where: Flags, verb: str,
