@@ -3,7 +3,7 @@
 # bundle in .gpu-host/ (dockerbins.tar.xz and start-docker.sh, from the lab's GPU-host kit), install carried wheels (.whl/),
 # then exercise kernellab the way a user would. Logs go to $OUT (or ./gpu-host-logs).
 #   bash .ci/gpu-host.sh [doctor] [shell] [test] [native] [bench] [recipe-build] [recipe-run] [liger-run] [liger-bench]
-#                        [timeline] [recipe-profile] [remote]
+#                        [timeline] [recipe-profile] [remote] [norms-bench]
 #   (default: the first five; recipe-build and recipe-run build and run the demo recipe, recipes/demo, whose
 #   sources are its own folders: its CUDA half runs here)
 set -uo pipefail
@@ -127,6 +127,15 @@ for step in $steps; do
             PATH=$d/bin:$PATH inv bench --quick --host "ssh://root@127.0.0.1:$port" --target gpuhost -k rmsnorm 2>&1 \
               | tee -a "$out/remote.txt" | tail -n 12; [ "${PIPESTATUS[0]}" = 0 ] || rc=1
             kill "$(cat $d/pid)" 2>/dev/null ;;
+    norms-bench)  # layernorm, rmsnorm, softmax natively against Liger-Kernel (its wheel in .whl/, installed above),
+            # MIN_TIME s of measured time per function (default 0.1: a device session's budget), into results/<gpu>-norms/;
+            # each op's whole folder comes back (samples too, so `invoke bench --compare` can use it)
+            gpu=$(python3 -c 'import torch; print(torch.cuda.get_device_name(0).split()[1].lower())')
+            for op in ${NORMS_OPS:-layernorm rmsnorm softmax}; do
+              inv bench -k "$op" --against liger --native --min-time "${MIN_TIME:-0.1}" --out "results/$gpu-norms/$op" \
+                > "$out/bench-$op.txt" 2>&1 || rc=1
+              tail -n 3 "$out/bench-$op.txt"; tar -C results -czf "$out/norms-$op.tgz" "$gpu-norms/$op"
+            done ;;
     bench)  inv bench --target gpuhost --quick --out results/gpuhost-quick 2>&1 | tee "$out/bench.txt" | tail -n 60
             [ "${PIPESTATUS[0]}" = 0 ] || rc=1
             cp results/gpuhost-quick/summary.md "$out/bench-summary.md" 2>/dev/null ;;
