@@ -65,7 +65,8 @@ for shape, dtype in cases:
     for e in prof.events():
         if e.device_type != torch.autograd.DeviceType.CUDA or any(w in e.name.lower() for w in ignore):
             continue
-        kernels[e.name] = kernels.get(e.name, 0.0) + getattr(e, "device_time_total", 0.0)
+        us = e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total  # torch < 2.4: cuda_
+        kernels[e.name] = kernels.get(e.name, 0.0) + us
     kernels = {k: v / calls for k, v in kernels.items()}
     print(json.dumps({"shape": shape, "dtype": dtype, "us": sum(kernels.values()), "kernels": kernels,
                       "max_error": error}), flush=True)
