@@ -314,10 +314,10 @@ def test_a_compiler_that_crashed_is_not_remembered_as_the_sources_error(tmp_path
     assert failures._known_failure(folder, "fp") == "kl_test_crash does not compile: x"
 
 
-def test_a_compiler_that_crashes_once_is_run_again_and_the_build_succeeds(tmp_path: Path,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    # A real build through torch's ninja, with a g++ that segfaults on its first compile (as Debian's nvcc 12.4 once
-    # did in CI) and is the real one after that: the build compiles again at once and loads.
+@pytest.fixture
+def crashes_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """CXX: a g++ that segfaults on its first compile (as Debian's nvcc 12.4 once did in CI) and is the real one after
+    that. Returns the file its crash leaves behind."""
     real = subprocess.run(["sh", "-c", "command -v g++"], capture_output=True, text=True).stdout.strip()
     if not real:
         pytest.skip("no g++ on this machine")
@@ -328,30 +328,24 @@ def test_a_compiler_that_crashes_once_is_run_again_and_the_build_succeeds(tmp_pa
         exec {real} "$@"
         """).chmod(0o755)
     monkeypatch.setenv("CXX", str(bin_dir / "g++"))
+    return marker
+
+
+def test_a_compiler_that_crashes_once_is_run_again_and_the_build_succeeds(tmp_path: Path, crashes_once: Path) -> None:
+    # A real build through torch's ninja whose compiler crashes once: the build compiles again at once and loads.
     src = write(tmp_path / "src", "fine.cpp", "int answer() { return 42; }\n")
     built = extensions.build("kl_test_crash_once", [src], cuda=False)
-    assert marker.exists(), "the compiler never crashed: the test did not test the retry"
+    assert crashes_once.exists(), "the compiler never crashed: the test did not test the retry"
     assert built.library.exists() and built.compiled
 
 
-def test_a_real_error_after_a_crash_is_the_one_explained_and_remembered(tmp_path: Path,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_real_error_after_a_crash_is_the_one_explained_and_remembered(tmp_path: Path, crashes_once: Path) -> None:
     # The compiler crashes, then the second try meets the sources' own error: that error is the message, without the
     # crash's lines, and it is kept in failure.json (the crash alone would not be).
-    real = subprocess.run(["sh", "-c", "command -v g++"], capture_output=True, text=True).stdout.strip()
-    if not real:
-        pytest.skip("no g++ on this machine")
-    bin_dir, marker = tmp_path / "bin", tmp_path / "crashed-once"
-    write(bin_dir, "g++", f"""\
-        #!/bin/sh
-        case " $* " in *" -c "*) if [ ! -e {marker} ]; then touch {marker}; echo "Segmentation fault" >&2; exit 139; fi;; esac
-        exec {real} "$@"
-        """).chmod(0o755)
-    monkeypatch.setenv("CXX", str(bin_dir / "g++"))
     src = write(tmp_path / "src", "broken.cpp", "int answer() { return forty_two; }\n")
     with pytest.raises(ExtensionError) as info:
         extensions.build("kl_test_crash_then_error", [src], cuda=False)
     message = str(info.value)
-    assert marker.exists() and "forty_two" in message and "Segmentation fault" not in message
+    assert crashes_once.exists() and "forty_two" in message and "Segmentation fault" not in message
     records = list((tmp_path / "cache").rglob("failure.json"))
     assert len(records) == 1 and "forty_two" in records[0].read_text()
