@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from ..errors import KernellabError, UsageError
-from .timing import DEFAULT, QUICK, Measurement, Settings, do_bench, measure
+from .timing import DEFAULT, QUICK, Measurement, Settings, do_bench, measure, min_time_seconds
 
 __all__ = ["DEFAULT", "QUICK", "Measurement", "Settings", "do_bench", "measure", "main"]
 
@@ -20,7 +20,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("-k", dest="select", metavar="EXPR", help="only ops whose name matches EXPR")
     p.add_argument("--quick", action="store_true", help="first bench shape only, short measurements")
     p.add_argument("--out", type=Path, help="the run's folder (default results/<date>-<gpu>)")
-    p.add_argument("--min-time", type=float, metavar="SECONDS",
+    p.add_argument("--min-time", metavar="SECONDS",
                    help="measured time per function before it may stop (default 0.5, --quick 0.05); timeout 20x")
     p.add_argument("--compare", type=Path, metavar="OLD", help="compare with an earlier run (folder or results.json)")
     p.add_argument("--new", type=Path, metavar="NEW",
@@ -48,11 +48,9 @@ def _main(args: argparse.Namespace) -> int:
     if args.new:
         new, folder = results.load(args.new), None
     else:
-        if args.min_time is not None and not args.min_time > 0:
-            raise UsageError(f"--min-time is seconds of measured time per function, more than 0; got {args.min_time}.")
         options = runner.Options(select=args.select, quick=args.quick, out=args.out,
                                  refresh_calibration=args.refresh_calibration, system=args.system,
-                                 min_time_s=args.min_time)
+                                 min_time_s=None if args.min_time is None else min_time_seconds(args.min_time))
         new, folder = runner.run(options)
         print((folder / "summary.md").read_text())
         print(f"results in {folder}")

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
+from ..errors import UsageError
 from . import stats
 
 Fn = Callable[[], Any]
@@ -53,6 +54,17 @@ class Settings:
 DEFAULT = Settings()
 #: `--quick`: a sanity pass, not a figure to publish.
 QUICK = replace(DEFAULT, min_time_s=0.05, timeout_s=1.0, graph_replays=10)
+
+
+def min_time_seconds(value: str) -> float:
+    """`--min-time` as seconds: a finite number more than 0, else a UsageError naming what was given."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = float("nan")
+    if not 0 < seconds < float("inf"):
+        raise UsageError(f"--min-time is seconds of measured time per function, a number more than 0; got {value!r}.")
+    return seconds
 
 
 def with_min_time(settings: Settings, seconds: float) -> Settings:

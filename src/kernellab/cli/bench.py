@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import jobs
+from ..bench.timing import min_time_seconds
 from ..errors import RecipeError, UsageError
 from ..ops.spec import compile_select
 from ..places import Flags
@@ -33,7 +34,7 @@ def bench(c: Any, k: str | None = None, quick: bool = False, compare: str | None
           against: str | None = None, wheelhouse: str | None = None, min_time: str | None = None, *,
           where: Flags) -> None:
     """Benchmark kernels against PyTorch baselines (and a recipe's system: --against); results in results/<run>/."""
-    seconds = _seconds(min_time)
+    seconds = None if min_time is None else min_time_seconds(min_time)
     if where.on_cluster and (compare or out):
         raise UsageError("--compare and --out are for runs on this machine; a cluster run writes "
                          "results/<run>/ and `invoke bench --compare` works on it afterwards.")
@@ -45,18 +46,6 @@ def bench(c: Any, k: str | None = None, quick: bool = False, compare: str | None
     refuse_wheelhouse(wheelhouse, "bench")
     run_job(c, jobs.bench(k, quick=quick, compare=compare, out=out, min_time=seconds), where)
 
-
-def _seconds(min_time: str | None) -> float | None:
-    """--min-time as seconds: a number more than 0, or a UsageError naming what was given."""
-    if min_time is None:
-        return None
-    try:
-        seconds = float(min_time)
-    except ValueError:
-        seconds = float("nan")
-    if not seconds > 0 or seconds == float("inf"):
-        raise UsageError(f"--min-time is seconds of measured time per function, a number more than 0; got {min_time!r}.")
-    return seconds
 
 
 def run_against(c: Any, name: str, make_job: Callable[[str], jobs.Job], *, k: str | None, where: Flags, verb: str,
