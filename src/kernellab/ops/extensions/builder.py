@@ -215,6 +215,5 @@ def _captured_output() -> Iterator[_Captured]:
             os.dup2(saved[1], 2)
             os.close(saved[0])
             os.close(saved[1])
-            sink.seek(0)
-            captured.text = sink.read().decode(errors="replace")
+            captured.text = captured.so_far()
             captured.sink = None
