@@ -388,7 +388,9 @@ inline int64_t backward_grid_bound(const RowPlan& p, int sms) {
 // shared memory the kernel is allowed it first (column sums in shared memory: up to 64 KB).
 template <typename K>
 inline int backward_grid(K kernel, const RowPlan& p, size_t smem, int sms) {
-  if (smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (smem > 48 * 1024) {
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  }
   int per_sm = 0;
   cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, p.threads(), smem);
   return static_cast<int>(std::min<int64_t>(backward_grid_bound(p, sms), int64_t(sms) * std::max(1, per_sm)));
@@ -404,7 +406,7 @@ enum class Sums {
   kStats,      // a handful of rows: each row's statistics, and weight_grads sums the columns (backward_uses_stats)
 };
 
-// Whether a norm's backward asks the next row of its grid-stride loop into L2 (prefetch_row_l2): for float32 at 16
+// Whether a norm's backward asks the next row of its grid-stride loop into L2 (prefetch_next_row): for float32 at 16
 // elements a thread, where one block of 512 fills an SM and nothing else hides a row's load behind another's
 // reduction (8192x5120 on the H200: layernorm 161.0 -> 131.6 us, rmsnorm 148.2 -> 125.1 us). Not at 32 elements
 // (the addresses cost registers: rmsnorm's <float, 4, 8> spilled 152 bytes, 2048x14336 108 -> 155 us), nor for 2-byte
@@ -414,18 +416,25 @@ __host__ __device__ constexpr bool backward_prefetches_next() {
   return N == 4 && PER == 4;
 }
 
-// The row a thread takes next in a norm backward's grid-stride loop (`next`, maybe past the end), asked into L2
-// while this one is reduced and written, so that its loads wait on L2 rather than DRAM.
-template <typename P, int PER, typename T>
-__device__ __forceinline__ void prefetch_row_l2(const T* base, int64_t next, int64_t rows, int64_t cols, int packs,
-                                                const RowThread& t) {
-  if constexpr (PER > 0) {
+// The row a thread of a norm's backward takes next in its grid-stride loop (`next`, maybe past the end), x's and
+// grad_out's packs, asked into L2 while this one is reduced and written, so that its loads wait on L2 rather than
+// DRAM: where backward_prefetches_next says so, and not with row statistics (a handful of rows: no next row).
+template <int N, int PER, Sums S, typename P, typename T>
+__device__ __forceinline__ void prefetch_next_row(const T* x, const T* dy, int64_t next, int64_t rows, int64_t cols,
+                                                  int packs, const RowThread& t) {
+  if constexpr (backward_prefetches_next<N, PER>() && S != Sums::kStats) {
     if (next >= rows) return;
-    const P* in = reinterpret_cast<const P*>(base + next * cols);
+    const P* in_x = reinterpret_cast<const P*>(x + next * cols);
+    const P* in_dy = reinterpret_cast<const P*>(dy + next * cols);
 #pragma unroll
     for (int i = 0; i < PER; ++i) {
       const int k = t.lane + i * t.group;
-      if (k < packs) asm volatile("prefetch.global.L2 [%0];" ::"l"(in + k));
+      if (k < packs) asm volatile("prefetch.global.L2 [%0];" ::"l"(in_x + k));
+    }
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {
+      const int k = t.lane + i * t.group;
+      if (k < packs) asm volatile("prefetch.global.L2 [%0];" ::"l"(in_dy + k));
     }
   }
 }

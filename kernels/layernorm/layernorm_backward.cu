@@ -43,11 +43,7 @@ __global__ void __launch_bounds__(kl::backward_block_limit<N, PER>(), kl::backwa
     using G = std::conditional_t<kl::backward_prefetches_grad<N, PER, 4>(), kl::RowPrefetched<P, PER>,
                                  kl::RowPacks<P, PER>>;
     const G gr = kl::make_grad_row<G>(reinterpret_cast<const P*>(dy + offset), valid ? packs : 0, t, valid);
-    if constexpr (kl::backward_prefetches_next<N, PER>() && S != kl::Sums::kStats) {  // the next row, into L2
-      const int64_t next = row + int64_t(gridDim.x) * rows_per_block;
-      kl::prefetch_row_l2<P, PER>(x, next, rows, cols, packs, t);
-      kl::prefetch_row_l2<P, PER>(dy, next, rows, cols, packs, t);
-    }
+    kl::prefetch_next_row<N, PER, S, P>(x, dy, row + int64_t(gridDim.x) * rows_per_block, rows, cols, packs, t);
     const float x0 = valid ? kl::to_float(x[offset]) : 0.f;  // the shift
     float4 s = {0.f, 0.f, 0.f, 0.f};  // sums of d, d^2, gw, gw * d
     xr.for_each([&](const P& p, int k, int i) {
