@@ -59,19 +59,9 @@ cudaError_t launch(const T* x, const T* w, const T* b, T* y, int64_t rows, int64
   if (rows == 0 || cols == 0) return cudaSuccess;
   const bool aligned = kl::aligned16(x) && kl::aligned16(w) && kl::aligned16(b) && kl::aligned16(y);
   const kl::RowPlan plan = kl::plan_rows(rows, cols, kl::kPack16<T>, aligned, kl::sm_count());
-  const dim3 grid(static_cast<unsigned>(plan.blocks));
-  if (plan.pack == 1) {
-    // Unaligned rows or a width that is not a multiple of the pack: element by element.
-    kl::dispatch_per_thread(plan.per_thread, [&](auto per) {
-      layernorm_kernel<T, 1, decltype(per)::value>
-          <<<grid, plan.threads(), 0, stream>>>(x, w, b, y, rows, cols, eps, plan.shift);
-    });
-  } else {
-    kl::dispatch_per_thread(plan.per_thread, [&](auto per) {
-      layernorm_kernel<T, kl::kPack16<T>, decltype(per)::value>
-          <<<grid, plan.threads(), 0, stream>>>(x, w, b, y, rows, cols, eps, plan.shift);
-    });
-  }
+  kl::dispatch_forward<T>(plan, [&](auto n, auto per) {
+    kl::launch_rows<&layernorm_kernel<T, decltype(n)::value, decltype(per)::value>>(plan, rows, stream, x, w, b, y, rows, cols, eps);
+  });
   return cudaGetLastError();
 }
 

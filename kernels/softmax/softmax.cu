@@ -90,17 +90,9 @@ cudaError_t launch(const T* x, T* y, int64_t rows, int64_t cols, cudaStream_t st
   if (rows == 0 || cols == 0) return cudaSuccess;
   const bool aligned = kl::aligned16(x) && kl::aligned16(y);
   const kl::RowPlan plan = kl::plan_rows(rows, cols, kl::kPack16<T>, aligned, kl::sm_count());
-  const dim3 grid(static_cast<unsigned>(plan.blocks));
-  if (plan.pack == 1) {
-    kl::dispatch_per_thread(plan.per_thread, [&](auto per) {
-      softmax_kernel<T, 1, decltype(per)::value><<<grid, plan.threads(), 0, stream>>>(x, y, rows, cols, plan.shift);
-    });
-  } else {
-    kl::dispatch_per_thread(plan.per_thread, [&](auto per) {
-      softmax_kernel<T, kl::kPack16<T>, decltype(per)::value>
-          <<<grid, plan.threads(), 0, stream>>>(x, y, rows, cols, plan.shift);
-    });
-  }
+  kl::dispatch_forward<T>(plan, [&](auto n, auto per) {
+    kl::launch_rows<&softmax_kernel<T, decltype(n)::value, decltype(per)::value>>(plan, rows, stream, x, y, rows, cols);
+  });
   return cudaGetLastError();
 }
 
