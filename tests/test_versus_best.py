@@ -1,0 +1,65 @@
+"""benchmarks/versus_best.py on made-up runs: the fastest valid baseline per case, the verdict from the bench's own
+interval, a baseline that failed its check named and left out, and the counts."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kernellab import ROOT
+
+spec = importlib.util.spec_from_file_location("versus_best", ROOT / "benchmarks" / "versus_best.py")
+assert spec is not None and spec.loader is not None
+versus_best = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(versus_best)
+
+
+def row(impl: str, us: float, *, pass_: str = "forward", cols: int = 1024, status: str = "ok",
+        speedups: dict[str, tuple[float, float, float]] | None = None, pct: float | None = 80.0) -> dict[str, Any]:
+    r: dict[str, Any] = {"op": "rmsnorm", "shape": {"rows": 4, "cols": cols}, "dtype": "float32", "pass": pass_,
+                         "impl": impl, "status": status, "pct_mem": pct}
+    if status == "ok":
+        r["stats"] = {"median": us / 1e3}
+        r["speedups"] = {k: {"value": v, "lo": lo, "hi": hi} for k, (v, lo, hi) in (speedups or {}).items()}
+    return r
+
+
+def test_each_case_is_judged_against_its_fastest_valid_baseline() -> None:
+    doc = {"rows": [
+        # ahead of both baselines: judged against the faster one (liger), not eager
+        row("kernellab", 10.0, speedups={"eager": (3.0, 2.9, 3.1), "liger": (1.2, 1.1, 1.3)}),
+        row("eager", 30.0), row("liger", 12.0),
+        # below: the whole interval under 1.0x
+        row("kernellab", 10.0, pass_="backward", speedups={"compile": (0.95, 0.94, 0.96)}),
+        row("compile", 9.5, pass_="backward"), row("liger", 0.0, pass_="backward", status="wrong"),
+        # within noise: the interval holds 1.0x
+        row("kernellab", 10.0, cols=4096, speedups={"liger": (0.999, 0.995, 1.004)}),
+        row("liger", 9.99, cols=4096),
+    ]}
+    lines = versus_best.table([doc]).splitlines()
+    body = [line for line in lines if line.startswith("| rmsnorm")]
+    assert len(body) == 3
+    assert "| liger 12.0 us | 1.20x [1.10, 1.30] |" in body[0]
+    assert "compile 9.5 us (liger: wrong) | 0.95x [0.94, 0.96] **below**" in body[1]
+    assert "0.999x [0.995, 1.004] (within noise)" in body[2] and "| 4x4096 |" in body[2]
+    assert lines[-1] == ("3 rows: 1 ahead of the best baseline (the whole interval above 1.0x), 1 within noise, "
+                         "1 below.")
+
+
+def test_a_case_whose_candidate_failed_or_had_no_timed_baseline_is_left_out() -> None:
+    doc = {"rows": [row("kernellab", 0.0, status="wrong"), row("eager", 5.0),
+                    row("kernellab", 5.0, pass_="full", speedups={}), row("liger", 0.0, pass_="full", status="wrong")]}
+    assert versus_best.table([doc]).splitlines()[-1].startswith("0 rows:")
+
+
+def test_a_missing_run_is_one_sentence(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match=r"^no results.json at .*nowhere"):
+        versus_best.main([str(tmp_path / "nowhere")])
+
+
+def test_the_committed_h200_table_is_what_the_script_prints() -> None:
+    runs = [ROOT / "results" / "h200-norms" / op for op in ("layernorm", "rmsnorm", "softmax")]
+    printed = versus_best.table([versus_best.results.load(run) for run in runs])
+    assert printed in (ROOT / "results" / "h200-norms" / "README.md").read_text()
