@@ -135,7 +135,10 @@ for step in $steps; do
               inv bench -k "$op" --against liger --native --min-time "${MIN_TIME:-0.1}" --out "results/$gpu-norms/$op" \
                 > "$out/bench-$op.txt" 2>&1 || rc=1
               tail -n 3 "$out/bench-$op.txt"; tar -C results -czf "$out/norms-$op.tgz" "$gpu-norms/$op"
-            done ;;
+            done
+            # every row against its fastest valid baseline, and how many are below 1.0x
+            python3 benchmarks/versus_best.py $(for op in ${NORMS_OPS:-layernorm rmsnorm softmax}; do
+              echo "results/$gpu-norms/$op"; done) | tee "$out/versus-best.md" | tail -n 1 ;;
     bench)  inv bench --target gpuhost --quick --out results/gpuhost-quick 2>&1 | tee "$out/bench.txt" | tail -n 60
             [ "${PIPESTATUS[0]}" = 0 ] || rc=1
             cp results/gpuhost-quick/summary.md "$out/bench-summary.md" 2>/dev/null ;;
