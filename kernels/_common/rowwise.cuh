@@ -78,7 +78,8 @@ inline RowPlan plan_rows(int64_t rows, int64_t cols, int pack16, bool aligned, i
 }
 
 // How many of Kernel's threads an SM holds at once in blocks of `threads` (the occupancy calculator: its
-// registers, shared memory, and the SM's limit of 32 blocks), cached per kernel, device and block size.
+// registers, shared memory, and the SM's limit of 32 blocks), cached per kernel, device and block size; 0 when
+// the calculator fails (its error cleared, so that the launch reports its own).
 template <auto Kernel>
 inline int resident_threads(int threads) {
   static std::atomic<int> cached[8][6];  // device, log2(threads / 32); zero until asked
@@ -89,9 +90,12 @@ inline int resident_threads(int threads) {
   int n = cacheable ? cached[device][slot].load(std::memory_order_relaxed) : 0;
   if (n == 0) {
     int blocks = 0;
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, Kernel, threads, 0);
-    n = std::max(1, blocks * threads);
-    if (cacheable) cached[device][slot].store(n, std::memory_order_relaxed);
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, Kernel, threads, 0) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    n = blocks * threads;
+    if (cacheable && n > 0) cached[device][slot].store(n, std::memory_order_relaxed);
   }
   return n;
 }
@@ -108,8 +112,8 @@ inline int resident_threads(int threads) {
 // one row a block already, unchanged. (Not for backwards: their column sums want several rows per block.)
 template <auto Kernel>
 inline RowPlan fit_block(RowPlan p, int64_t rows) {
-  const int resident = resident_threads<Kernel>(p.threads());
-  while (p.rows_per_block > 1 && p.group * (p.rows_per_block / 2) >= 32 &&
+  const int resident = p.rows_per_block > 1 ? resident_threads<Kernel>(p.threads()) : 0;
+  while (resident > 0 && p.rows_per_block > 1 && p.group * (p.rows_per_block / 2) >= 32 &&
          resident_threads<Kernel>(p.group * (p.rows_per_block / 2)) >= resident) {
     p.rows_per_block /= 2;
   }
