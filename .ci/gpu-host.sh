@@ -131,14 +131,18 @@ for step in $steps; do
             # MIN_TIME s of measured time per function (default 0.1: a device session's budget), into results/<gpu>-norms/;
             # each op's whole folder comes back (samples too, so `invoke bench --compare` can use it)
             gpu=$(python3 -c 'import torch; print(torch.cuda.get_device_name(0).split()[1].lower())')
+            ran=()
             for op in ${NORMS_OPS:-layernorm rmsnorm softmax}; do
-              inv bench -k "$op" --against liger --native --min-time "${MIN_TIME:-0.1}" --out "results/$gpu-norms/$op" \
-                > "$out/bench-$op.txt" 2>&1 || rc=1
+              if inv bench -k "$op" --against liger --native --min-time "${MIN_TIME:-0.1}" --out "results/$gpu-norms/$op" \
+                   > "$out/bench-$op.txt" 2>&1; then ran+=("results/$gpu-norms/$op"); else rc=1; fi
               tail -n 3 "$out/bench-$op.txt"; tar -C results -czf "$out/norms-$op.tgz" "$gpu-norms/$op"
             done
-            # every row against its fastest valid baseline, and how many are below 1.0x
-            python3 benchmarks/versus_best.py $(for op in ${NORMS_OPS:-layernorm rmsnorm softmax}; do
-              echo "results/$gpu-norms/$op"; done) | tee "$out/versus-best.md" | tail -n 1 ;;
+            # every row of the runs that finished against its fastest valid baseline (a failed run's folder may
+            # hold an older run: left out), and how many are below 1.0x
+            if [ ${#ran[@]} -gt 0 ]; then
+              python3 benchmarks/versus_best.py "${ran[@]}" > "$out/versus-best.md" || rc=1
+              grep -E '^[0-9]+ rows:' "$out/versus-best.md"
+            fi ;;
     bench)  inv bench --target gpuhost --quick --out results/gpuhost-quick 2>&1 | tee "$out/bench.txt" | tail -n 60
             [ "${PIPESTATUS[0]}" = 0 ] || rc=1
             cp results/gpuhost-quick/summary.md "$out/bench-summary.md" 2>/dev/null ;;

@@ -7,7 +7,8 @@ the candidate's median, the fastest baseline that passed its check (eager, torch
 system; one whose output or gradients were wrong is not timed, and the row names it), the speedup over that baseline
 with the bench's own 95% bootstrap interval, and both's share of the measured copy bandwidth. A row is **below** when
 its whole interval is under 1.0x and *within noise* when the interval holds 1.0x. Prints a Markdown table and the
-count of each; results/h200-norms/README.md is its output.
+count of each, and names every case it could not judge (the candidate failed, no baseline was timed); a case must
+come from one run. results/h200-norms/README.md's table is its output.
 """
 from __future__ import annotations
 
@@ -47,42 +48,58 @@ def verdict(interval: dict[str, float]) -> str:
     return "below" if interval["hi"] < 1.0 else "noise" if interval["lo"] <= 1.0 else "ahead"
 
 
-def rows_of(docs: list[dict[str, Any]], candidate: str) -> list[dict[str, Any]]:
-    """Per case, in the runs' order: the candidate's row, the fastest timed baseline, and the baselines left out."""
+def rows_of(docs: list[dict[str, Any]], candidate: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """Per case, in the runs' order: the candidate's row, the fastest timed baseline and the baselines that failed
+    their check or the run; and a sentence for each case that could not be judged. A case must come from one run."""
     cases: dict[tuple[str, ...], dict[str, dict[str, Any]]] = {}
     for doc in docs:
         for row in doc["rows"]:
-            cases.setdefault(results.row_key(row)[:4], {})[row["impl"]] = row
-    out = []
-    for impls in cases.values():
+            impls = cases.setdefault(results.row_key(row)[:4], {})
+            if row["impl"] in impls:
+                raise SystemExit(f"{row['impl']} at {', '.join(results.row_key(row)[:4])} is in two of the runs: "
+                                 "give runs of different ops, shapes or dtypes.")
+            impls[row["impl"]] = row
+    judged, unjudged = [], []
+    for case, impls in cases.items():
         mine = impls.get(candidate)
-        if mine is None or mine.get("status") != "ok":
+        if mine is None:
             continue
-        timed = [r for name, r in impls.items() if name != candidate and r.get("status") == "ok" and r.get("stats")]
-        wrong = [name for name, r in impls.items() if name != candidate and r.get("status") == "wrong"]
-        if not timed:
-            continue
-        best = min(timed, key=lambda r: r["stats"]["median"])
-        out.append({"row": mine, "best": best, "speedup": mine["speedups"][best["impl"]], "wrong": wrong})
-    return out
+        label = " ".join(case)
+        baselines = {name: r for name, r in impls.items() if r.get("role") == "baseline"}
+        timed = [r for r in baselines.values() if r.get("status") == "ok" and r.get("stats")]
+        failed = [f"{name}: {r.get('status')}" for name, r in baselines.items() if r not in timed]
+        if mine.get("status") != "ok":
+            unjudged.append(f"{label}: {candidate} {mine.get('status')} ({mine.get('reason') or 'no reason given'})")
+        elif not timed:
+            unjudged.append(f"{label}: no baseline was timed ({', '.join(failed) or 'none in the run'})")
+        else:
+            best = min(timed, key=lambda r: r["stats"]["median"])
+            speedup = (mine.get("speedups") or {}).get(best["impl"])
+            if speedup is None:
+                unjudged.append(f"{label}: the run has no speedup of {candidate} over {best['impl']}")
+            else:
+                judged.append({"row": mine, "best": best, "speedup": speedup, "failed": failed})
+    return judged, unjudged
 
 
 def table(docs: list[dict[str, Any]], candidate: str = "kernellab") -> str:
     lines = [h.format(c=candidate) for h in HEADER]
     counts = {"ahead": 0, "noise": 0, "below": 0}
-    for case in rows_of(docs, candidate):
+    judged, unjudged = rows_of(docs, candidate)
+    for case in judged:
         row, best, s = case["row"], case["best"], case["speedup"]
         kind = verdict(s)
         counts[kind] += 1
         mark = {"below": " **below**", "noise": " (within noise)", "ahead": ""}[kind]
-        wrong = f" ({', '.join(case['wrong'])}: wrong)" if case["wrong"] else ""
+        failed = f" ({', '.join(case['failed'])})" if case["failed"] else ""
         lines.append(f"| {row['op']} | {_shape(row['shape'])} | {row['dtype']} | {results.pass_of(row)} | {_us(row)} | "
-                     f"{best['impl']} {_us(best)}{wrong} | {_x(s['value'])}x [{_x(s['lo'])}, {_x(s['hi'])}]{mark} | "
+                     f"{best['impl']} {_us(best)}{failed} | {_x(s['value'])}x [{_x(s['lo'])}, {_x(s['hi'])}]{mark} | "
                      f"{_copy(row)} | {_copy(best)} |")
-    total = sum(counts.values())
     lines.append("")
-    lines.append(f"{total} rows: {counts['ahead']} ahead of the best baseline (the whole interval above 1.0x), "
-                 f"{counts['noise']} within noise, {counts['below']} below.")
+    lines.append(f"{sum(counts.values())} rows: {counts['ahead']} ahead of the best baseline (the whole interval above "
+                 f"1.0x), {counts['noise']} within noise, {counts['below']} below"
+                 + (f"; {len(unjudged)} not judged:" if unjudged else "."))
+    lines.extend(f"- {why}" for why in unjudged)
     return "\n".join(lines)
 
 

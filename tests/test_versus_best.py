@@ -19,7 +19,8 @@ spec.loader.exec_module(versus_best)
 def row(impl: str, us: float, *, pass_: str = "forward", cols: int = 1024, status: str = "ok",
         speedups: dict[str, tuple[float, float, float]] | None = None, pct: float | None = 80.0) -> dict[str, Any]:
     r: dict[str, Any] = {"op": "rmsnorm", "shape": {"rows": 4, "cols": cols}, "dtype": "float32", "pass": pass_,
-                         "impl": impl, "status": status, "pct_mem": pct}
+                         "impl": impl, "status": status, "pct_mem": pct,
+                         "role": "candidate" if impl in ("kernellab", "wgmma") else "baseline"}
     if status == "ok":
         r["stats"] = {"median": us / 1e3}
         r["speedups"] = {k: {"value": v, "lo": lo, "hi": hi} for k, (v, lo, hi) in (speedups or {}).items()}
@@ -48,10 +49,32 @@ def test_each_case_is_judged_against_its_fastest_valid_baseline() -> None:
                          "1 below.")
 
 
-def test_a_case_whose_candidate_failed_or_had_no_timed_baseline_is_left_out() -> None:
-    doc = {"rows": [row("kernellab", 0.0, status="wrong"), row("eager", 5.0),
-                    row("kernellab", 5.0, pass_="full", speedups={}), row("liger", 0.0, pass_="full", status="wrong")]}
-    assert versus_best.table([doc]).splitlines()[-1].startswith("0 rows:")
+def test_another_candidate_is_not_a_baseline_and_a_failed_one_is_named() -> None:
+    doc = {"rows": [row("kernellab", 10.0, speedups={"eager": (1.5, 1.4, 1.6)}), row("wgmma", 5.0), row("eager", 15.0),
+                    row("compile", 0.0, status="error")]}
+    body = [line for line in versus_best.table([doc]).splitlines() if line.startswith("| rmsnorm")]
+    assert body == ["| rmsnorm | 4x1024 | float32 | forward | 10.0 us | eager 15.0 us (compile: error) | "
+                    "1.50x [1.40, 1.60] | 80% | 80% |"]
+
+
+def test_cases_that_cannot_be_judged_are_counted_and_said_why() -> None:
+    failed = row("kernellab", 0.0, status="wrong")
+    failed["reason"] = "output does not match"
+    doc = {"rows": [failed, row("eager", 5.0),
+                    row("kernellab", 5.0, pass_="full", speedups={}), row("liger", 0.0, pass_="full", status="wrong"),
+                    row("kernellab", 5.0, pass_="backward", speedups={}), row("eager", 6.0, pass_="backward")]}
+    lines = versus_best.table([doc]).splitlines()
+    assert lines[-4] == "0 rows: 0 ahead of the best baseline (the whole interval above 1.0x), 0 within noise, " \
+                        "0 below; 3 not judged:"
+    assert lines[-3:] == ["- rmsnorm rows=4 cols=1024 float32 forward: kernellab wrong (output does not match)",
+                          "- rmsnorm rows=4 cols=1024 float32 full: no baseline was timed (liger: wrong)",
+                          "- rmsnorm rows=4 cols=1024 float32 backward: the run has no speedup of kernellab over eager"]
+
+
+def test_a_case_in_two_runs_is_refused() -> None:
+    doc = {"rows": [row("kernellab", 10.0, speedups={"eager": (1.5, 1.4, 1.6)}), row("eager", 15.0)]}
+    with pytest.raises(SystemExit, match=r"kernellab at rmsnorm, rows=4 cols=1024, float32, forward is in two"):
+        versus_best.table([doc, doc])
 
 
 def test_a_missing_run_is_one_sentence(tmp_path: Path) -> None:

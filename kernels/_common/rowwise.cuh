@@ -79,7 +79,8 @@ inline RowPlan plan_rows(int64_t rows, int64_t cols, int pack16, bool aligned, i
 
 // How many of Kernel's threads an SM holds at once in blocks of `threads` (the occupancy calculator: its
 // registers, shared memory, and the SM's limit of 32 blocks), cached per kernel, device and block size; 0 when
-// the calculator fails (its error cleared, so that the launch reports its own).
+// the calculator fails (its error cleared, with any older one still pending, so that the launch reports its own;
+// every launcher here returns its launch's error at once, so none is pending).
 template <auto Kernel>
 inline int resident_threads(int threads) {
   static std::atomic<int> cached[8][6];  // device, log2(threads / 32); zero until asked

@@ -30,8 +30,9 @@ __device__ __forceinline__ kl::Pack<T, N> normalized(const kl::Pack<T, N>& p, co
 
 // MIN_BLOCKS: 0 leaves ptxas free (up to the block limit's registers); kHeld48, for blocks of at most 256 threads,
 // holds a thread to 48 registers. bfloat16 rows at 32 elements a thread get it (in blocks of 256 or fewer).
-// Left free, ptxas keeps the first pass's converted floats for the second (52 registers, 4 blocks of 256 an SM);
-// held to 48 it converts again, spills nothing, and an SM holds 5. H200, kernel times with 256-thread blocks:
+// Left free, ptxas for sm_90 keeps the first pass's converted floats for the second (52 registers, 4 blocks of 256
+// an SM); held to 48 it converts again, spills nothing, and an SM holds 5 (for sm_80 it needs under 48 anyway,
+// and the hold changes nothing). H200, kernel times with 256-thread blocks:
 // 8192x5120 47.5 -> 44.2 us, 4096x4096 19.9 -> 19.4 us. float32 at 48 spills and lost (16384x1024 35.4 -> 36.1 us);
 // float16 needs 38 registers anyway.
 constexpr int kHeld48 = 5;
