@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--candidate", default="kernellab", help="the implementation measured against the baselines")
     args = ap.parse_args(argv)
     try:
-        docs = [results.load(run) for run in args.runs]
+        docs = [results.load(run, samples=False) for run in args.runs]  # medians and intervals: no raw samples
     except KernellabError as e:
         raise SystemExit(str(e)) from None
     if any(results.is_merged(doc) for doc in docs):

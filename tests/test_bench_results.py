@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import bench_fakes
-from kernellab import bench
+from kernellab import ROOT, bench
 from kernellab.bench import compare, environment, results, runner
 from kernellab.errors import BenchError
 
@@ -268,3 +268,15 @@ def test_min_time_sets_the_measured_time_per_function_and_the_summary_says_so(tm
 
 def test_min_time_must_be_more_than_zero() -> None:
     assert bench.main(["--min-time", "0", "--out", "/nonexistent"]) == 2
+
+
+def test_a_run_without_its_samples_file_loads_its_statistics_only_when_asked(tmp_path: Path) -> None:
+    """--compare needs the raw samples and says so; a reader of medians and intervals (versus_best) can do without."""
+    kept = tmp_path / "run"
+    kept.mkdir()
+    (kept / "results.json").write_text((ROOT / "results" / "h100-norms" / "results.json").read_text())
+    with pytest.raises(BenchError, match=r"keeps its raw samples in samples.json.gz, which is not beside it"):
+        results.load(kept)
+    doc = results.load(kept, samples=False)
+    assert len(doc["rows"]) == 360 and all("samples_ms" not in r for r in doc["rows"])
+    assert doc["rows"][0]["stats"]["median"] > 0

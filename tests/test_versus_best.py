@@ -86,3 +86,10 @@ def test_the_committed_h200_table_is_what_the_script_prints() -> None:
     runs = [ROOT / "results" / "h200-norms" / op for op in ("layernorm", "rmsnorm", "softmax")]
     printed = versus_best.table([versus_best.results.load(run) for run in runs])
     assert printed in (ROOT / "results" / "h200-norms" / "README.md").read_text()
+
+
+def test_a_run_kept_without_its_samples_still_tabulates(capsys: pytest.CaptureFixture[str]) -> None:
+    run = ROOT / "results" / "h100-norms"  # committed without samples.json.gz
+    assert not (run / "samples.json.gz").exists()
+    versus_best.main([str(run)])
+    assert capsys.readouterr().out.splitlines()[-1].startswith("90 rows: ")

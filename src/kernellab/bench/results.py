@@ -91,11 +91,13 @@ def _join_raw(file: Path, doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
-def load(path: Path) -> dict[str, Any]:
+def load(path: Path, *, samples: bool = True) -> dict[str, Any]:
     """A run's results.json, given the file, its folder, or a run name under results/; or a merged run.
 
     A merged run (a folder with merged.json, written by kernellab.bench.merge) comes back as
     {"schema": 1, "kind": "merged", "run", "gpu_types": {type: that type's results doc}, "missing", "path"}.
+    samples=False: the rows' statistics only, the raw samples not put back (a run kept without its samples.json.gz
+    still reads; what compares runs needs them).
     """
     from .. import ROOT
 
@@ -106,12 +108,12 @@ def load(path: Path) -> dict[str, Any]:
             try:
                 doc = json.loads(candidate.read_text())
             except ValueError as e:
-                raise BenchError(f"{candidate} is not valid JSON ({e}); point --compare at a run's folder.") from None
+                raise BenchError(f"{candidate} is not valid JSON ({e}); give a run's folder.") from None
             if is_merged(doc) and isinstance(doc.get("gpu_types"), dict):
-                return _load_merged(candidate, doc)
+                return _load_merged(candidate, doc, samples)
             if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or "rows" not in doc:
                 raise BenchError(f"{candidate} is not a kernellab bench result (schema {SCHEMA}).")
-            return _join_raw(candidate, doc)
+            return _join_raw(candidate, doc) if samples else doc
     raise BenchError(f"no results.json at {path}; give a folder under results/ or its results.json "
                      f"(a merged run: its folder or {MERGED_FILE}).")
 
@@ -121,9 +123,9 @@ def is_merged(doc: Any) -> bool:
     return isinstance(doc, dict) and doc.get("schema") == SCHEMA and doc.get("kind") == MERGED
 
 
-def _load_merged(file: Path, doc: dict[str, Any]) -> dict[str, Any]:
+def _load_merged(file: Path, doc: dict[str, Any], samples: bool = True) -> dict[str, Any]:
     # merged.json names each type's results.json relative to itself, so a moved run still loads.
-    types = {gpu_type: load(file.parent / rel) for gpu_type, rel in doc["gpu_types"].items()}
+    types = {gpu_type: load(file.parent / rel, samples=samples) for gpu_type, rel in doc["gpu_types"].items()}
     return {"schema": SCHEMA, "kind": MERGED, "run": doc.get("run", file.parent.name), "gpu_types": types,
             "missing": doc.get("missing") or {}, "path": str(file.parent)}
 
