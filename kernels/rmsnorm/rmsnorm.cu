@@ -28,17 +28,17 @@ __device__ __forceinline__ kl::Pack<T, N> normalized(const kl::Pack<T, N>& p, co
   return o;
 }
 
-// MIN_BLOCKS: 0 leaves ptxas free (up to the block limit's registers); kHeld48, for blocks of at most 256 threads,
-// holds a thread to 48 registers. bfloat16 rows at 32 elements a thread get it (in blocks of 256 or fewer).
+// MIN_BLOCKS: 0 leaves ptxas free (up to the block limit's registers); kHeld48, for blocks of at most kHeldThreads,
+// holds a thread to 48 registers (65536 / (5 * 256)). bfloat16 rows at 32 elements a thread get it, in such blocks.
 // Left free, ptxas for sm_90 keeps the first pass's converted floats for the second (52 registers, 4 blocks of 256
 // an SM); held to 48 it converts again, spills nothing, and an SM holds 5 (for sm_80 it needs under 48 anyway,
 // and the hold changes nothing). H200, kernel times with 256-thread blocks:
 // 8192x5120 47.5 -> 44.2 us, 4096x4096 19.9 -> 19.4 us. float32 at 48 spills and lost (16384x1024 35.4 -> 36.1 us);
 // float16 needs 38 registers anyway.
-constexpr int kHeld48 = 5;
+constexpr int kHeld48 = 5, kHeldThreads = 256;
 
 template <typename T, int N, int PER, int MIN_BLOCKS = 0>
-__global__ void __launch_bounds__(MIN_BLOCKS > 1 ? 256 : kl::row_block_limit<N, PER>(), MIN_BLOCKS)
+__global__ void __launch_bounds__(MIN_BLOCKS > 1 ? kHeldThreads : kl::row_block_limit<N, PER>(), MIN_BLOCKS)
     rmsnorm_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, int64_t rows, int64_t cols,
                    float eps, int shift) {
   using P = kl::Pack<T, N>;
@@ -62,7 +62,7 @@ cudaError_t launch(const T* x, const T* w, T* y, int64_t rows, int64_t cols, flo
   kl::dispatch_forward<T>(plan, [&](auto n, auto per) {
     constexpr int N = decltype(n)::value, PER = decltype(per)::value;
     if constexpr (std::is_same_v<T, __nv_bfloat16> && N * PER == 32) {
-      if (plan.threads() <= 256) {
+      if (plan.threads() <= kHeldThreads) {
         return kl::launch_rows<&rmsnorm_kernel<T, N, PER, kHeld48>>(plan, rows, stream, x, w, y, rows, cols, eps);
       }
     }

@@ -47,7 +47,6 @@ def bench(c: Any, k: str | None = None, quick: bool = False, compare: str | None
     run_job(c, jobs.bench(k, quick=quick, compare=compare, out=out, min_time=seconds), where)
 
 
-
 def run_against(c: Any, name: str, make_job: Callable[[str], jobs.Job], *, k: str | None, where: Flags, verb: str,
                 wheelhouse: str | None = None) -> None:
     """`--against RECIPE` (bench, profile): the job `make_job(offer_json)` makes, run in recipe `name`'s own image
