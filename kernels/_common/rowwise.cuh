@@ -40,6 +40,7 @@ struct RowPlan {
   int per_thread = 1;      // packs per thread in registers (1, 2, 4, 8), or 0 to stream
   int rows_per_block = 1;  // block = group * rows_per_block threads, a multiple of 32
   int64_t blocks = 0;
+  bool few = false;        // fewer blocks than SMs (a handful of rows: decoding); fit_block splits none of them
 
   int threads() const { return group * rows_per_block; }
 };
@@ -74,7 +75,27 @@ inline RowPlan plan_rows(int64_t rows, int64_t cols, int pack16, bool aligned, i
     p.rows_per_block /= 2;
   }
   p.blocks = (rows + p.rows_per_block - 1) / p.rows_per_block;
+  p.few = p.blocks < sms;
   return p;
+}
+
+// A norm forward's plan (rows of T, 16-byte packs where aligned). float32 rows that at most kNormEvenGroup threads
+// hold evenly at kNormEvenElems elements a thread get that plan rather than plan_rows's 32 elements a thread: the
+// weight (and bias) is then held in registers (RowVector, 2 packs or fewer) instead of read again for every row, and
+// a thread needs 48 registers instead of 64. Kernel times, H200, layernorm / rmsnorm float32, 16384 rows: 256
+// columns 10.8 -> 10.4 / 10.8 -> 10.5 us, 512 19.6 -> 18.5 / 18.9 -> 18.5, 1024 35.1 -> 34.4 / 34.4 -> 33.9. Not
+// unevenly (768 columns: 128 threads, half of them holding one pack and half two, 27.2 -> 28.6 us), nor in larger
+// groups (1536 columns, 256 threads: 50.7 -> 57.5 us; 4096, 512 threads: 35.2 -> 44.7), whose reductions cross
+// more warps; nor for 2-byte types, whose 32 elements are 4 packs and 40 registers.
+constexpr int kNormEvenElems = 8, kNormEvenGroup = 128;
+
+template <typename T>
+inline RowPlan plan_norm_forward(int64_t rows, int64_t cols, bool aligned, int sms) {
+  if constexpr (sizeof(T) == 4) {
+    const RowPlan p = plan_rows(rows, cols, kPack16<T>, aligned, sms, kNormEvenElems);
+    if (p.per_thread > 0 && p.group <= kNormEvenGroup && (cols / p.pack) % p.group == 0) return p;
+  }
+  return plan_rows(rows, cols, kPack16<T>, aligned, sms);
 }
 
 // How many of Kernel's threads an SM holds at once in blocks of `threads` (the occupancy calculator: its
@@ -143,15 +164,32 @@ void dispatch_per_thread(int per_thread, F&& f) {
   }
 }
 
-// Calls f(n, per) with the plan's pack size and packs per thread as compile-time constants
-// (std::integral_constant): a forward's kernel template arguments. Unaligned rows, or a width that is not a
-// multiple of the pack, go element by element (n = 1).
+// Whether a forward keeping PER packs of N T's a thread holds a row-long vector (RowVector) in registers only
+// when the rows are few (RowPlan::few): float32 at 4 packs. Its kernel then comes in two variants, FEW or not, so
+// that the many-rows one keeps no registers for it (layernorm's <float, 4, 4>: 46 registers instead of 64; when one
+// kernel chose at run time, those were reserved at any row count). Not 2-byte types: held in a kernel that served
+// both, their 4 packs lost 3-16% at many rows (8192x5120 fp16 layernorm: 58.7 -> 68.0 us on the H100); a variant of
+// their own for few rows has not been measured.
+template <typename T, int N, int PER>
+constexpr bool holds_vector_when_few() {
+  return sizeof(T) == 4 && N == 4 && PER == 4;
+}
+
+// Calls f(n, per, few) with the plan's pack size, packs per thread and whether the vector is held for few rows
+// (holds_vector_when_few and RowPlan::few) as compile-time constants (std::integral_constant): a forward's kernel
+// template arguments. Unaligned rows, or a width that is not a multiple of the pack, go element by element (n = 1).
 template <typename T, typename F>
 void dispatch_forward(const RowPlan& p, F&& f) {
+  const auto with_few = [&](auto n, auto per) {
+    if constexpr (holds_vector_when_few<T, decltype(n)::value, decltype(per)::value>()) {
+      if (p.few) return f(n, per, std::true_type{});
+    }
+    f(n, per, std::false_type{});
+  };
   if (p.pack == 1) {
-    dispatch_per_thread(p.per_thread, [&](auto per) { f(std::integral_constant<int, 1>{}, per); });
+    dispatch_per_thread(p.per_thread, [&](auto per) { with_few(std::integral_constant<int, 1>{}, per); });
   } else {
-    dispatch_per_thread(p.per_thread, [&](auto per) { f(std::integral_constant<int, kPack16<T>>{}, per); });
+    dispatch_per_thread(p.per_thread, [&](auto per) { with_few(std::integral_constant<int, kPack16<T>>{}, per); });
   }
 }
 
@@ -278,31 +316,23 @@ __device__ __forceinline__ bool few_blocks() {
 
 // A row-long vector every row uses (a weight, a bias): with few packs per thread (short rows, or few rows
 // spread over many threads) loaded into registers up front, its latency (from DRAM, the first time) then
-// hidden behind the row's reductions; at 4 float32 packs a thread also when the rows are few (decoding: one
-// row per SM, nothing else to wait on; 4 rows of 8192 float32 on the H100: layernorm 3.80 -> 3.14 us, rmsnorm
-// 3.25 -> 2.77 us); else loaded where used (from L1 or L2: other rows brought it there), and asked into L2 up
-// front when the rows are few.
-template <typename P, int PER>
+// hidden behind the row's reductions; at 4 float32 packs a thread also when the rows are few (FEW: the kernel's
+// variant for a plan with RowPlan::few, holds_vector_when_few; decoding: one row per SM, nothing else to wait on;
+// 4 rows of 8192 float32 on the H100: layernorm 3.80 -> 3.14 us, rmsnorm 3.25 -> 2.77 us); else loaded where
+// used (from L1 or L2: other rows brought it there), and asked into L2 up front when the rows are few.
+template <typename P, int PER, bool FEW = false>
 struct RowVector {
-  static constexpr bool kHeld = PER > 0 && PER <= 2;
-  // Only for float32: 2-byte packs of 4 lost 3-16% at many rows to the registers it reserves (8192x5120 fp16
-  // layernorm: 58.7 -> 68.0 us on the H100).
-  static constexpr bool kHeldWhenFew = PER == 4 && sizeof(P::v[0]) == 4;
-  static constexpr bool kRegisters = kHeld || kHeldWhenFew;  // v[] has room for the thread's packs
+  static constexpr bool kHeld = PER > 0 && (PER <= 2 || (FEW && PER == 4));
   const P* in;
-  P v[kRegisters ? PER : 1];
-  bool held = kHeld;
+  P v[kHeld ? PER : 1];
 
   template <typename Row>
   __device__ __forceinline__ RowVector(const P* vec, const Row& row) : in(vec) {
-    if constexpr (kRegisters) {
-      if constexpr (kHeldWhenFew) held = few_blocks();
-      if (held) {
+    if constexpr (kHeld) {
 #pragma unroll
-        for (int i = 0; i < PER; ++i) {
-          const int k = row.lane + i * row.group;
-          if (k < row.packs) v[i] = load_pack(in + k);
-        }
+      for (int i = 0; i < PER; ++i) {
+        const int k = row.lane + i * row.group;
+        if (k < row.packs) v[i] = load_pack(in + k);
       }
     } else if constexpr (PER > 0) {
       // Not held: with a handful of rows it would come from DRAM only after the row's reductions (on the
@@ -320,8 +350,6 @@ struct RowVector {
   __device__ __forceinline__ P operator()(int k, int i) const {
     if constexpr (kHeld) {
       return v[i];
-    } else if constexpr (kHeldWhenFew) {
-      return held ? v[i] : load_pack(in + k);
     } else {
       return load_pack(in + k);
     }

@@ -32,7 +32,7 @@ __device__ __forceinline__ kl::Pack<T, N> normalized(const kl::Pack<T, N>& p, co
   return o;
 }
 
-template <typename T, int N, int PER>
+template <typename T, int N, int PER, bool FEW>
 __global__ void __launch_bounds__(kl::row_block_limit<N, PER>())
     layernorm_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
                      int64_t rows, int64_t cols, float eps, int shift) {
@@ -41,7 +41,7 @@ __global__ void __launch_bounds__(kl::row_block_limit<N, PER>())
   const bool valid = t.row < rows;
   const int64_t offset = valid ? t.row * cols : 0;
   const kl::RowPacks<P, PER> row(reinterpret_cast<const P*>(x + offset), static_cast<int>(cols / N), t, valid);
-  const kl::RowVector<P, PER> weight(reinterpret_cast<const P*>(w), row), bias(reinterpret_cast<const P*>(b), row);
+  const kl::RowVector<P, PER, FEW> weight(reinterpret_cast<const P*>(w), row), bias(reinterpret_cast<const P*>(b), row);
   const float inv_cols = 1.f / static_cast<float>(cols);
   const float x0 = valid ? kl::to_float(x[offset]) : 0.f;
   float2 s = {0.f, 0.f};
@@ -58,9 +58,10 @@ cudaError_t launch(const T* x, const T* w, const T* b, T* y, int64_t rows, int64
                    cudaStream_t stream) {
   if (rows == 0 || cols == 0) return cudaSuccess;
   const bool aligned = kl::aligned16(x) && kl::aligned16(w) && kl::aligned16(b) && kl::aligned16(y);
-  const kl::RowPlan plan = kl::plan_rows(rows, cols, kl::kPack16<T>, aligned, kl::sm_count());
-  kl::dispatch_forward<T>(plan, [&](auto n, auto per) {
-    kl::launch_rows<&layernorm_kernel<T, decltype(n)::value, decltype(per)::value>>(plan, rows, stream, x, w, b, y, rows, cols, eps);
+  const kl::RowPlan plan = kl::plan_norm_forward<T>(rows, cols, aligned, kl::sm_count());
+  kl::dispatch_forward<T>(plan, [&](auto n, auto per, auto few) {
+    kl::launch_rows<&layernorm_kernel<T, decltype(n)::value, decltype(per)::value, decltype(few)::value>>(
+        plan, rows, stream, x, w, b, y, rows, cols, eps);
   });
   return cudaGetLastError();
 }

@@ -37,7 +37,7 @@ __device__ __forceinline__ kl::Pack<T, N> normalized(const kl::Pack<T, N>& p, co
 // float16 needs 38 registers anyway.
 constexpr int kHeld48 = 5, kHeldThreads = 256;
 
-template <typename T, int N, int PER, int MIN_BLOCKS = 0>
+template <typename T, int N, int PER, bool FEW, int MIN_BLOCKS = 0>
 __global__ void __launch_bounds__(MIN_BLOCKS > 1 ? kHeldThreads : kl::row_block_limit<N, PER>(), MIN_BLOCKS)
     rmsnorm_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, int64_t rows, int64_t cols,
                    float eps, int shift) {
@@ -46,7 +46,7 @@ __global__ void __launch_bounds__(MIN_BLOCKS > 1 ? kHeldThreads : kl::row_block_
   const bool valid = t.row < rows;
   const int64_t offset = valid ? t.row * cols : 0;
   const kl::RowPacks<P, PER> row(reinterpret_cast<const P*>(x + offset), static_cast<int>(cols / N), t, valid);
-  const kl::RowVector<P, PER> weight(reinterpret_cast<const P*>(w), row);
+  const kl::RowVector<P, PER, FEW> weight(reinterpret_cast<const P*>(w), row);
   float squares = 0.f;
   row.for_each([&](const P& p, int, int) { squares += pack_squares(p); });
   const float rstd = rsqrtf(kl::group_reduce<kl::Sum>(squares, t.group) / static_cast<float>(cols) + eps);
@@ -58,15 +58,16 @@ template <typename T>
 cudaError_t launch(const T* x, const T* w, T* y, int64_t rows, int64_t cols, float eps, cudaStream_t stream) {
   if (rows == 0 || cols == 0) return cudaSuccess;
   const bool aligned = kl::aligned16(x) && kl::aligned16(w) && kl::aligned16(y);
-  const kl::RowPlan plan = kl::plan_rows(rows, cols, kl::kPack16<T>, aligned, kl::sm_count());
-  kl::dispatch_forward<T>(plan, [&](auto n, auto per) {
+  const kl::RowPlan plan = kl::plan_norm_forward<T>(rows, cols, aligned, kl::sm_count());
+  kl::dispatch_forward<T>(plan, [&](auto n, auto per, auto few) {
     constexpr int N = decltype(n)::value, PER = decltype(per)::value;
+    constexpr bool FEW = decltype(few)::value;
     if constexpr (std::is_same_v<T, __nv_bfloat16> && N * PER == 32) {
       if (plan.threads() <= kHeldThreads) {
-        return kl::launch_rows<&rmsnorm_kernel<T, N, PER, kHeld48>>(plan, rows, stream, x, w, y, rows, cols, eps);
+        return kl::launch_rows<&rmsnorm_kernel<T, N, PER, FEW, kHeld48>>(plan, rows, stream, x, w, y, rows, cols, eps);
       }
     }
-    kl::launch_rows<&rmsnorm_kernel<T, N, PER>>(plan, rows, stream, x, w, y, rows, cols, eps);
+    kl::launch_rows<&rmsnorm_kernel<T, N, PER, FEW>>(plan, rows, stream, x, w, y, rows, cols, eps);
   });
   return cudaGetLastError();
 }

@@ -90,7 +90,7 @@ cudaError_t launch(const T* x, T* y, int64_t rows, int64_t cols, cudaStream_t st
   if (rows == 0 || cols == 0) return cudaSuccess;
   const bool aligned = kl::aligned16(x) && kl::aligned16(y);
   const kl::RowPlan plan = kl::plan_rows(rows, cols, kl::kPack16<T>, aligned, kl::sm_count());
-  kl::dispatch_forward<T>(plan, [&](auto n, auto per) {
+  kl::dispatch_forward<T>(plan, [&](auto n, auto per, auto) {
     kl::launch_rows<&softmax_kernel<T, decltype(n)::value, decltype(per)::value>>(plan, rows, stream, x, y, rows, cols);
   });
   return cudaGetLastError();
