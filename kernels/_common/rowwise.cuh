@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <type_traits>
 
 #include "kernellab.cuh"
@@ -79,21 +80,29 @@ inline RowPlan plan_rows(int64_t rows, int64_t cols, int pack16, bool aligned, i
   return p;
 }
 
+// The plan of max_elems elements a thread (plan_rows) when it spreads the rows evenly, every thread of a row's group
+// holding as many packs, over at most max_group threads; else none.
+inline std::optional<RowPlan> plan_even_rows(int64_t rows, int64_t cols, int pack16, bool aligned, int sms,
+                                             int max_elems, int max_group) {
+  const RowPlan p = plan_rows(rows, cols, pack16, aligned, sms, max_elems);
+  if (p.per_thread > 0 && p.group <= max_group && (cols / p.pack) % p.group == 0) return p;
+  return std::nullopt;
+}
+
 // A norm forward's plan (rows of T, 16-byte packs where aligned). float32 rows that at most kNormEvenGroup threads
 // hold evenly at kNormEvenElems elements a thread get that plan rather than plan_rows's 32 elements a thread: the
 // weight (and bias) is then loaded into registers up front with the row (RowVector, 2 packs or fewer), not after the
-// row's reduction where it is used, and a thread needs 48 registers instead of 64. Kernel times, H200, layernorm / rmsnorm float32, 16384 rows: 256
-// columns 10.8 -> 10.4 / 10.8 -> 10.5 us, 512 19.6 -> 18.5 / 18.9 -> 18.5, 1024 35.1 -> 34.4 / 34.4 -> 33.9. Not
-// unevenly (768 columns: 128 threads, half of them holding one pack and half two, 27.2 -> 28.6 us), nor in larger
-// groups (1536 columns, 256 threads: 50.7 -> 57.5 us; 4096, 512 threads: 35.2 -> 44.7), whose reductions cross
-// more warps; nor for 2-byte types, whose 32 elements are 4 packs and 40 registers.
+// row's reduction where it is used, and a thread needs 48 registers instead of 64. Kernel times, H200, layernorm /
+// rmsnorm float32, 16384 rows: 256 columns 10.8 -> 10.4 / 10.8 -> 10.5 us, 512 19.6 -> 18.5 / 18.9 -> 18.5, 1024
+// 35.1 -> 34.4 / 34.4 -> 33.9. Not unevenly (768 columns: 128 threads, half of them holding one pack and half two,
+// 27.2 -> 28.6 us), nor in larger groups (1536 columns, 256 threads: 50.7 -> 57.5 us; 4096, 512 threads: 35.2 ->
+// 44.7), whose reductions cross more warps; nor for 2-byte types, whose 32 elements are 4 packs and 40 registers.
 constexpr int kNormEvenElems = 8, kNormEvenGroup = 128;
 
 template <typename T>
 inline RowPlan plan_norm_forward(int64_t rows, int64_t cols, bool aligned, int sms) {
   if constexpr (sizeof(T) == 4) {
-    const RowPlan p = plan_rows(rows, cols, kPack16<T>, aligned, sms, kNormEvenElems);
-    if (p.per_thread > 0 && p.group <= kNormEvenGroup && (cols / p.pack) % p.group == 0) return p;
+    if (const auto p = plan_even_rows(rows, cols, kPack16<T>, aligned, sms, kNormEvenElems, kNormEvenGroup)) return *p;
   }
   return plan_rows(rows, cols, kPack16<T>, aligned, sms);
 }
@@ -435,6 +444,26 @@ inline RowPlan plan_backward_rows(int64_t rows, int64_t cols, int pack16, bool a
     ++p.shift;
   }
   return p;
+}
+
+// A norm backward's plan (rows of T). `even`: float32 rows at kNormEvenElems elements a thread where that spreads them
+// evenly over at most kBackwardEvenGroup threads (plan_even_rows), instead of 16: layernorm's backward, whose four
+// running sums beside x and grad_out took 111 registers at 16 (an SM held 2 blocks of 256); at 8, 61. H200 kernel
+// times, 16384 rows of 1024: 60.2 -> 58.1 us, of 2048: 110.9 -> 105.5; 4096x4096 60.9 -> 59.5. rmsnorm's backward
+// gained nothing (16384x1024 54.9 -> 55.1 us), and 2-byte rows at 8 elements lost to the 16 below (rmsnorm bfloat16
+// 4096x4096 36.9 -> 41.5 us).
+constexpr int kBackwardEvenGroup = 512;
+
+template <typename T>
+inline RowPlan plan_norm_backward(int64_t rows, int64_t cols, bool aligned, int sms, bool even) {
+  if constexpr (sizeof(T) == 4) {
+    if (even) {
+      if (const auto p = plan_even_rows(rows, cols, kPack16<T>, aligned, sms, kNormEvenElems, kBackwardEvenGroup)) {
+        return *p;
+      }
+    }
+  }
+  return plan_backward_rows(rows, cols, kPack16<T>, aligned, sms);
 }
 
 template <int N, int PER>

@@ -2,8 +2,10 @@
 // block its kernel accepts. Backwards (plan_backward_rows, with and without the 2-byte spread): the variant
 // kl::dispatch_backward picks, bounded by backward_block_limit<N, PER>(); a block of several rows only where a thread
 // holds at most 16 elements (the several-rows epilogue, Sums::kBlockRows, is compiled for those only); no packs per
-// thread the dispatch does not compile. Forwards (plan_rows, and plan_norm_forward for float32):
-// row_block_limit<N, PER>(). Exit status 1 and the first bad plans printed when any fails.
+// thread the dispatch does not compile; a block of several rows of 16-byte packs of a 2-byte type at most
+// kRowBlockThreads (layernorm's three_blocks variant is bounded so); layernorm's float32 plan (plan_norm_backward, even)
+// as well. Forwards (plan_rows, and plan_norm_forward for float32): row_block_limit<N, PER>(). Exit status 1 and the
+// first bad plans printed when any fails.
 // Built and run by tests/test_debian_docker.py in the cu124-debian image (nvcc, no GPU).
 #include <cstdio>
 
@@ -34,29 +36,33 @@ int block_limit(int pack, const kl::RowPlan& p) {
 
 int main() {
   int plans = 0, bad = 0;
-  for (int kind : {0, 1, 2, 3}) {  // backward with the spread, backward without, forward, float32 norm forward
-    const bool spread = kind == 0, backward = kind < 2;
+  // backward with the spread, backward without, forward, float32 norm forward, float32 even norm backward
+  for (int kind : {0, 1, 2, 3, 4}) {
+    const bool spread = kind == 0, backward = kind < 2 || kind == 4;
     for (int pack : {1, 4, 8}) {
-      if (kind == 3 && pack != 4) continue;
+      if (kind >= 3 && pack != 4) continue;
       for (int64_t rows : {1, 2, 3, 4, 8, 17, 31, 32, 33, 64, 100, 131, 132, 133, 200, 264, 1000, 4096, 70001}) {
         for (int64_t cols = pack; cols <= 70000; cols += cols < 2048 ? pack : cols < 20000 ? 8 * pack : 64 * pack) {
-          const kl::RowPlan p = backward    ? kl::plan_backward_rows(rows, cols, pack, true, 132, spread)
+          const kl::RowPlan p = kind == 4 ? kl::plan_norm_backward<float>(rows, cols, true, 132, true)
+                                : backward  ? kl::plan_backward_rows(rows, cols, pack, true, 132, spread)
                                 : kind == 3 ? kl::plan_norm_forward<float>(rows, cols, true, 132)
                                             : kl::plan_rows(rows, cols, pack, true, 132);
           const int limit = backward ? block_limit<true>(pack, p) : block_limit<false>(pack, p);
           const bool over = p.threads() > limit;
-          const bool several = backward && p.rows_per_block > 1 && pack * p.per_thread > 16;
+          const bool several = backward && p.rows_per_block > 1 &&
+                               (pack * p.per_thread > 16 || (pack == 8 && p.threads() > kl::kRowBlockThreads));
           ++plans;
           if (limit == 0 || over || several) {
             if (++bad <= 10) {
-              const char* what = backward    ? (spread ? "backward" : "backward, no spread")
+              const char* what = kind == 4   ? "float32 even norm backward"
+                                 : backward  ? (spread ? "backward" : "backward, no spread")
                                  : kind == 3 ? "float32 norm forward"
                                              : "forward";
               std::printf("%s pack %d, %lld x %lld: group %d, %d packs a thread, %d rows a block, %d threads "
                           "(the kernel takes %d)%s%s\n",
                           what, pack, static_cast<long long>(rows), static_cast<long long>(cols), p.group, p.per_thread,
                           p.rows_per_block, p.threads(), limit, limit ? "" : ": no kernel compiled for it",
-                          several ? ": several rows past 16 elements" : "");
+                          several ? ": several rows past 16 elements or 256 threads" : "");
             }
           }
         }
