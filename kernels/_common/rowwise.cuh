@@ -92,11 +92,12 @@ inline std::optional<RowPlan> plan_even_rows(int64_t rows, int64_t cols, int pac
 // A norm forward's plan (rows of T, 16-byte packs where aligned). float32 rows that at most kNormEvenGroup threads
 // hold evenly at kNormEvenElems elements a thread get that plan rather than plan_rows's 32 elements a thread: the
 // weight (and bias) is then loaded into registers up front with the row (RowVector, 2 packs or fewer), not after the
-// row's reduction where it is used, and a thread needs 48 registers instead of 64. Kernel times, H200, layernorm /
+// row's reduction where it is used, and a thread needs fewer registers (layernorm 48 instead of 64, rmsnorm 32
+// instead of 62). Kernel times, H200, layernorm /
 // rmsnorm float32, 16384 rows: 256 columns 10.8 -> 10.4 / 10.8 -> 10.5 us, 512 19.6 -> 18.5 / 18.9 -> 18.5, 1024
 // 35.1 -> 34.4 / 34.4 -> 33.9. Not unevenly (768 columns: 128 threads, half of them holding one pack and half two,
 // 27.2 -> 28.6 us), nor in larger groups (1536 columns, 256 threads: 50.7 -> 57.5 us; 4096, 512 threads: 35.2 ->
-// 44.7), whose reductions cross more warps; nor for 2-byte types, whose 32 elements are 4 packs and 40 registers.
+// 44.7), whose reductions cross more warps; nor for 2-byte types, whose 32 elements are 4 packs (40 to 61 registers).
 constexpr int kNormEvenElems = 8, kNormEvenGroup = 128;
 
 template <typename T>
@@ -174,7 +175,8 @@ void dispatch_per_thread(int per_thread, F&& f) {
 }
 
 // Whether a forward keeping PER packs of N T's a thread holds a row-long vector (RowVector) in registers only
-// when the rows are few (RowPlan::few): float32 at 4 packs. Its kernel then comes in two variants, FEW or not, so
+// when the rows are few (RowPlan::few): float32 at 4 packs of 16 bytes (unaligned float32 rows, one element a pack,
+// ask it into L2 instead: unmeasured). Its kernel then comes in two variants, FEW or not, so
 // that the many-rows one keeps no registers for it (layernorm's <float, 4, 4>: 46 registers instead of 64; when one
 // kernel chose at run time, those were reserved at any row count). Not 2-byte types: held in a kernel that served
 // both, their 4 packs lost 3-16% at many rows (8192x5120 fp16 layernorm: 58.7 -> 68.0 us on the H100); a variant of
@@ -446,21 +448,19 @@ inline RowPlan plan_backward_rows(int64_t rows, int64_t cols, int pack16, bool a
   return p;
 }
 
-// A norm backward's plan (rows of T). `even`: float32 rows at kNormEvenElems elements a thread where that spreads them
-// evenly over at most kBackwardEvenGroup threads (plan_even_rows), instead of 16: layernorm's backward, whose four
+// layernorm's backward plan (rows of T): float32 rows at kNormEvenElems elements a thread where that spreads them
+// evenly over at most kBackwardEvenGroup threads (plan_even_rows), instead of 16 (plan_backward_rows): its four
 // running sums beside x and grad_out took 111 registers at 16 (an SM held 2 blocks of 256); at 8, 61. H200 kernel
 // times, 16384 rows of 1024: 60.2 -> 58.1 us, of 2048: 110.9 -> 105.5; 4096x4096 60.9 -> 59.5. rmsnorm's backward
-// gained nothing (16384x1024 54.9 -> 55.1 us), and 2-byte rows at 8 elements lost to the 16 below (rmsnorm bfloat16
-// 4096x4096 36.9 -> 41.5 us).
+// gained nothing from it (16384x1024 54.9 -> 55.1 us) and keeps plan_backward_rows; 2-byte rows at 8 elements lost
+// (rmsnorm bfloat16 4096x4096 36.9 -> 41.5 us).
 constexpr int kBackwardEvenGroup = 512;
 
 template <typename T>
-inline RowPlan plan_norm_backward(int64_t rows, int64_t cols, bool aligned, int sms, bool even) {
+inline RowPlan plan_layernorm_backward(int64_t rows, int64_t cols, bool aligned, int sms) {
   if constexpr (sizeof(T) == 4) {
-    if (even) {
-      if (const auto p = plan_even_rows(rows, cols, kPack16<T>, aligned, sms, kNormEvenElems, kBackwardEvenGroup)) {
-        return *p;
-      }
+    if (const auto p = plan_even_rows(rows, cols, kPack16<T>, aligned, sms, kNormEvenElems, kBackwardEvenGroup)) {
+      return *p;
     }
   }
   return plan_backward_rows(rows, cols, kPack16<T>, aligned, sms);

@@ -3,8 +3,8 @@
 // kl::dispatch_backward picks, bounded by backward_block_limit<N, PER>(); a block of several rows only where a thread
 // holds at most 16 elements (the several-rows epilogue, Sums::kBlockRows, is compiled for those only); no packs per
 // thread the dispatch does not compile; a block of several rows of 16-byte packs of a 2-byte type at most
-// kRowBlockThreads (layernorm's three_blocks variant is bounded so); layernorm's float32 plan (plan_norm_backward, even)
-// as well. Forwards (plan_rows, and plan_norm_forward for float32): row_block_limit<N, PER>(). Exit status 1 and the
+// kRowBlockThreads (layernorm's three_blocks variant is bounded so; the check is stricter than that variant needs);
+// layernorm's float32 plan (plan_layernorm_backward) as well. Forwards (plan_rows, and plan_norm_forward for float32): row_block_limit<N, PER>(). Exit status 1 and the
 // first bad plans printed when any fails.
 // Built and run by tests/test_debian_docker.py in the cu124-debian image (nvcc, no GPU).
 #include <cstdio>
@@ -36,14 +36,14 @@ int block_limit(int pack, const kl::RowPlan& p) {
 
 int main() {
   int plans = 0, bad = 0;
-  // backward with the spread, backward without, forward, float32 norm forward, float32 even norm backward
+  // backward with the spread, backward without, forward, float32 norm forward, float32 layernorm backward
   for (int kind : {0, 1, 2, 3, 4}) {
     const bool spread = kind == 0, backward = kind < 2 || kind == 4;
     for (int pack : {1, 4, 8}) {
       if (kind >= 3 && pack != 4) continue;
       for (int64_t rows : {1, 2, 3, 4, 8, 17, 31, 32, 33, 64, 100, 131, 132, 133, 200, 264, 1000, 4096, 70001}) {
         for (int64_t cols = pack; cols <= 70000; cols += cols < 2048 ? pack : cols < 20000 ? 8 * pack : 64 * pack) {
-          const kl::RowPlan p = kind == 4 ? kl::plan_norm_backward<float>(rows, cols, true, 132, true)
+          const kl::RowPlan p = kind == 4 ? kl::plan_layernorm_backward<float>(rows, cols, true, 132)
                                 : backward  ? kl::plan_backward_rows(rows, cols, pack, true, 132, spread)
                                 : kind == 3 ? kl::plan_norm_forward<float>(rows, cols, true, 132)
                                             : kl::plan_rows(rows, cols, pack, true, 132);
@@ -54,7 +54,7 @@ int main() {
           ++plans;
           if (limit == 0 || over || several) {
             if (++bad <= 10) {
-              const char* what = kind == 4   ? "float32 even norm backward"
+              const char* what = kind == 4   ? "float32 layernorm backward"
                                  : backward  ? (spread ? "backward" : "backward, no spread")
                                  : kind == 3 ? "float32 norm forward"
                                              : "forward";
