@@ -1,11 +1,12 @@
-// Host code only (no GPU needed): every row plan of kernels/_common/rowwise.cuh, over some 400K shapes, launches a
-// block its kernel accepts. Backwards (plan_backward_rows, with and without the 2-byte spread): the variant
-// kl::dispatch_backward picks, bounded by backward_block_limit<N, PER>(); a block of several rows only where a thread
-// holds at most 16 elements (the several-rows epilogue, Sums::kBlockRows, is compiled for those only); no packs per
-// thread the dispatch does not compile; a block of several rows of 16-byte packs of a 2-byte type at most
-// kRowBlockThreads (layernorm's three_blocks variant is bounded so; the check is stricter than that variant needs);
-// layernorm's float32 plan (plan_layernorm_backward) as well. Forwards (plan_rows, and plan_norm_forward for float32): row_block_limit<N, PER>(). Exit status 1 and the
-// first bad plans printed when any fails.
+// Host code only (no GPU needed): every row plan of kernels/_common/rowwise.cuh, over some 1.8M shapes on GPUs of
+// 108 SMs (A100), 114 (H100 PCIe) and 132 (H100 SXM, H200), launches a block its kernel accepts.
+// Backwards (plan_backward_rows, with and without the 2-byte spread, and layernorm's float32 plan,
+// plan_layernorm_backward): the variant kl::dispatch_backward picks, bounded by backward_block_limit<N, PER>(); a block
+// of several rows only where a thread holds at most 16 elements (the several-rows epilogue, Sums::kBlockRows, is
+// compiled for those only), and of at most kRowBlockThreads for 16-byte packs of a 2-byte type (layernorm's
+// three_blocks variant is bounded so; the check is stricter than that variant needs); no packs per thread the dispatch
+// does not compile. Forwards (plan_rows, and plan_norm_forward for float32): row_block_limit<N, PER>(). Exit status 1
+// and the first bad plans printed when any fails.
 // Built and run by tests/test_debian_docker.py in the cu124-debian image (nvcc, no GPU).
 #include <cstdio>
 
@@ -37,32 +38,36 @@ int block_limit(int pack, const kl::RowPlan& p) {
 int main() {
   int plans = 0, bad = 0;
   // backward with the spread, backward without, forward, float32 norm forward, float32 layernorm backward
-  for (int kind : {0, 1, 2, 3, 4}) {
-    const bool spread = kind == 0, backward = kind < 2 || kind == 4;
-    for (int pack : {1, 4, 8}) {
-      if (kind >= 3 && pack != 4) continue;
-      for (int64_t rows : {1, 2, 3, 4, 8, 17, 31, 32, 33, 64, 100, 131, 132, 133, 200, 264, 1000, 4096, 70001}) {
-        for (int64_t cols = pack; cols <= 70000; cols += cols < 2048 ? pack : cols < 20000 ? 8 * pack : 64 * pack) {
-          const kl::RowPlan p = kind == 4 ? kl::plan_layernorm_backward<float>(rows, cols, true, 132)
-                                : backward  ? kl::plan_backward_rows(rows, cols, pack, true, 132, spread)
-                                : kind == 3 ? kl::plan_norm_forward<float>(rows, cols, true, 132)
-                                            : kl::plan_rows(rows, cols, pack, true, 132);
-          const int limit = backward ? block_limit<true>(pack, p) : block_limit<false>(pack, p);
-          const bool over = p.threads() > limit;
-          const bool several = backward && p.rows_per_block > 1 &&
-                               (pack * p.per_thread > 16 || (pack == 8 && p.threads() > kl::kRowBlockThreads));
-          ++plans;
-          if (limit == 0 || over || several) {
-            if (++bad <= 10) {
-              const char* what = kind == 4   ? "float32 layernorm backward"
-                                 : backward  ? (spread ? "backward" : "backward, no spread")
-                                 : kind == 3 ? "float32 norm forward"
-                                             : "forward";
-              std::printf("%s pack %d, %lld x %lld: group %d, %d packs a thread, %d rows a block, %d threads "
-                          "(the kernel takes %d)%s%s\n",
-                          what, pack, static_cast<long long>(rows), static_cast<long long>(cols), p.group, p.per_thread,
-                          p.rows_per_block, p.threads(), limit, limit ? "" : ": no kernel compiled for it",
-                          several ? ": several rows past 16 elements or 256 threads" : "");
+  for (int sms : {108, 114, 132}) {
+    for (int kind : {0, 1, 2, 3, 4}) {
+      const bool spread = kind == 0, backward = kind < 2 || kind == 4;
+      for (int pack : {1, 4, 8}) {
+        if (kind >= 3 && pack != 4) continue;
+        for (int64_t rows : {1, 2, 3, 4, 8, 17, 31, 32, 33, 64, 100, 107, 108, 109, 113, 114, 115, 131, 132, 133, 200,
+                              264, 1000, 4096, 70001}) {
+          for (int64_t cols = pack; cols <= 70000; cols += cols < 2048 ? pack : cols < 20000 ? 8 * pack : 64 * pack) {
+            const kl::RowPlan p = kind == 4 ? kl::plan_layernorm_backward<float>(rows, cols, true, sms)
+                                  : backward  ? kl::plan_backward_rows(rows, cols, pack, true, sms, spread)
+                                  : kind == 3 ? kl::plan_norm_forward<float>(rows, cols, true, sms)
+                                              : kl::plan_rows(rows, cols, pack, true, sms);
+            const int limit = backward ? block_limit<true>(pack, p) : block_limit<false>(pack, p);
+            const bool over = p.threads() > limit;
+            const bool several = backward && p.rows_per_block > 1 &&
+                                 (pack * p.per_thread > 16 || (pack == 8 && p.threads() > kl::kRowBlockThreads));
+            ++plans;
+            if (limit == 0 || over || several) {
+              if (++bad <= 10) {
+                const char* what = kind == 4   ? "float32 layernorm backward"
+                                   : backward  ? (spread ? "backward" : "backward, no spread")
+                                   : kind == 3 ? "float32 norm forward"
+                                               : "forward";
+                std::printf("%d SMs, %s pack %d, %lld x %lld: group %d, %d packs a thread, %d rows a block, %d threads "
+                            "(the kernel takes %d)%s%s\n",
+                            sms, what, pack, static_cast<long long>(rows), static_cast<long long>(cols), p.group,
+                            p.per_thread, p.rows_per_block, p.threads(), limit,
+                            limit ? "" : ": no kernel compiled for it",
+                            several ? ": several rows past 16 elements or 256 threads" : "");
+              }
             }
           }
         }
