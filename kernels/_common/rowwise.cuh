@@ -93,11 +93,11 @@ inline std::optional<RowPlan> plan_even_rows(int64_t rows, int64_t cols, int pac
 // hold evenly at kNormEvenElems elements a thread get that plan rather than plan_rows's 32 elements a thread: the
 // weight (and bias) is then loaded into registers up front with the row (RowVector, 2 packs or fewer), not after the
 // row's reduction where it is used, and a thread needs fewer registers (layernorm 48 instead of 64, rmsnorm 32
-// instead of 62). Kernel times, H200, layernorm /
-// rmsnorm float32, 16384 rows: 256 columns 10.8 -> 10.4 / 10.8 -> 10.5 us, 512 19.6 -> 18.5 / 18.9 -> 18.5, 1024
-// 35.1 -> 34.4 / 34.4 -> 33.9. Not unevenly (768 columns: 128 threads, half of them holding one pack and half two,
-// 27.2 -> 28.6 us), nor in larger groups (1536 columns, 256 threads: 50.7 -> 57.5 us; 4096, 512 threads: 35.2 ->
-// 44.7), whose reductions cross more warps; nor for 2-byte types, whose 32 elements are 4 packs (40 to 61 registers).
+// instead of 62). Kernel times, H200, layernorm / rmsnorm float32, 16384 rows: 256 columns 10.8 -> 10.4 / 10.8 ->
+// 10.5 us, 512 19.6 -> 18.5 / 18.9 -> 18.5, 1024 35.1 -> 34.4 / 34.4 -> 33.9. Not unevenly (768 columns: 128
+// threads, half of them holding one pack and half two, 27.2 -> 28.6 us), nor in larger groups (1536 columns, 256
+// threads: 50.7 -> 57.5 us; 4096, 512 threads: 35.2 -> 44.7), whose reductions cross more warps; nor for 2-byte
+// types, whose 32 elements are 4 packs (40 to 61 registers).
 constexpr int kNormEvenElems = 8, kNormEvenGroup = 128;
 
 template <typename T>
@@ -440,7 +440,7 @@ inline RowPlan plan_backward_rows(int64_t rows, int64_t cols, int pack16, bool a
   // A group of 1024 only where a thread then holds 8 elements or fewer (backward_block_limit): rows of 8200 to
   // 16384 fp16 had gone from 512 threads of 4 packs to 1024 of 2, a block the kernel cannot launch.
   while (spread && p.pack >= 8 && p.per_thread > 1 && p.pack * p.per_thread > 8 && p.group < kRowMaxThreads &&
-         p.rows_per_block == 1 && p.blocks < sms && (2 * p.group < kRowMaxThreads || p.pack * p.per_thread <= 16)) {
+         p.rows_per_block == 1 && p.few && (2 * p.group < kRowMaxThreads || p.pack * p.per_thread <= 16)) {
     p.group *= 2;
     p.per_thread /= 2;
     ++p.shift;

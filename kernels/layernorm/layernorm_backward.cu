@@ -20,8 +20,8 @@ namespace {
 // Whether a variant is launched as 3 blocks of 256 an SM (80 registers a thread) instead of kl::backward_block_limit
 // and backward_min_blocks: the 2-byte one of several rows per block at 16 elements a thread (<8, 2>, Sums::kBlockRows,
 // whose blocks are 256 threads at most: plan_rows). At 2 blocks of 512 (64 registers) it spilled 80 bytes (fp16, none
-// at 80; bf16 124 -> 40). H200 kernel times, fp16, 16384 rows: 768 columns 39.6 -> 35.7 us, 1024 51.8 -> 40.6, 2048 98.1 -> 72.7.
-// (rmsnorm's <8, 2> does not spill at 64, and lost at 80: 16384x2048 bf16 64.5 -> 69.1 us.)
+// at 80; bf16 124 -> 40). H200 kernel times, fp16, 16384 rows: 768 columns 39.6 -> 35.7 us, 1024 51.8 -> 40.6, 2048
+// 98.1 -> 72.7. (rmsnorm's <8, 2> does not spill at 64, and lost at 80: 16384x2048 bf16 64.5 -> 69.1 us.)
 template <int N, int PER, kl::Sums S>
 constexpr bool three_blocks() {
   return S == kl::Sums::kBlockRows && N == 8 && PER == 2;
