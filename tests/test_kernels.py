@@ -100,3 +100,30 @@ def test_arch_specific_code_is_in_the_library(op: library.OpSpec) -> None:
 def test_every_op_is_tested() -> None:
     assert OPS or os.environ.get("KERNELLAB_OPS"), "no ops discovered under kernels/"
     assert any(not op.needs_gpu for op in library.discover()), "an op without a GPU keeps this suite meaningful on CPU CI"
+
+
+SOFTMAX = [op for op in OPS if op.name == "softmax"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("rows, cols", [(4, 8192), (64, 4096), (3, 7), (4, 20000), (1000, 1026)])
+@pytest.mark.parametrize("op", SOFTMAX, ids=[op.name for op in SOFTMAX])
+def test_softmax_of_masked_rows(op: library.OpSpec, rows: int, cols: int, dtype: str) -> None:
+    """Attention scores under a mask (-inf): PyTorch's softmax, NaN where it has NaN (a row of only -inf). A row far
+    below 0 with 90% of it masked at random leaves threads holding only -inf beside a row max near -1000: rescaling
+    a thread's kept exponentials to the row max must give them 0, not NaN (exp2(1000 * log2(e)) is inf)."""
+    module = _loaded(op)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = 3 * torch.randn(rows, cols, device="cuda", generator=gen)
+    x[0::4, max(1, cols // 2):] = float("-inf")  # a causal mask's rows
+    x[1::4] = float("-inf")  # a row masked whole
+    far = x[2::4] - 1000  # far below 0, mostly masked
+    x[2::4] = far.masked_fill(torch.rand(far.shape, device="cuda", generator=gen) < 0.9, float("-inf"))
+    x = x.to(getattr(torch, dtype))
+    expected = torch.softmax(x.float(), dim=-1).to(x.dtype)
+    atol, rtol = op.tolerances[dtype]
+    for label, fn in module.candidates.items():
+        got = fn(x)
+        assert torch.equal(got.isnan(), expected.isnan()), f"{label}: NaN where PyTorch has none, or none where it has"
+        torch.testing.assert_close(got, expected, atol=atol, rtol=rtol, equal_nan=True)

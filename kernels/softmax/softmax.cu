@@ -1,7 +1,8 @@
 // Row softmax. A group of threads per row (kernels/_common/rowwise.cuh): a warp or less for short rows,
 // several rows per block; up to a block of 1024 for long ones. The row is read once into registers as
 // 16-byte packs; each thread's (max, sum of exponentials from its max) is combined over the group in one
-// reduction (the sums rescaled to the larger max as they meet), then each output is written once.
+// reduction (the sums rescaled to the larger max as they meet), then each output is written once (from the
+// exponentials a thread kept, where it holds 16 elements or fewer: keeps_exps).
 // Exponentials are base 2 on x * log2(e) - max: one FMA and one ex2 instruction each. Rows too long
 // for registers are streamed: one pass keeps a running (max, sum) per thread, a second writes.
 #include "kernellab.cuh"
@@ -54,6 +55,19 @@ __device__ __forceinline__ MaxSum combine(MaxSum a, MaxSum b) {
   return {m, a.sum * kl::fast_exp2(a.max - m) + b.sum * kl::fast_exp2(b.max - m)};
 }
 
+// Whether a thread keeps its exponentials in registers for the output (one exp2 an element) rather than computing
+// them again (two): where it holds at most kKeptExps elements. An SM's multi-function units do 16 exp2 a cycle; with
+// a handful of rows (decoding: one row of 512 threads per SM) the second 16 a thread were on the critical path.
+// Kernel times, H200 (benchmarks/kernel_ab.py's method): 4x8192 float16 2.72 -> 2.61 us, float32 2.99 -> 2.92;
+// 4096x4096 float16 18.85 -> 18.72; the other bench shapes within 0.5% (2 more registers at most, none spilled).
+// At 32 elements (float16 <8, 4>: 32 -> 54 registers) it lost: 8192x5120 float16 42.5 -> 51.9 us, 2048x14336
+// 31.2 -> 35.1.
+constexpr int kKeptExps = 16;
+template <int N, int PER>
+__host__ __device__ constexpr bool keeps_exps() {
+  return PER > 0 && N * PER <= kKeptExps;
+}
+
 template <typename T, int N, int PER>
 __global__ void __launch_bounds__(kl::row_block_limit<N, PER>())
     softmax_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t cols, int shift) {
@@ -63,10 +77,22 @@ __global__ void __launch_bounds__(kl::row_block_limit<N, PER>())
   const int64_t offset = valid ? t.row * cols : 0;
   const kl::RowPacks<P, PER> row(reinterpret_cast<const P*>(x + offset), static_cast<int>(cols / N), t, valid);
   float local = -INFINITY, sum = 0.f;
+  constexpr bool kKept = keeps_exps<N, PER>();
+  float e[kKept ? PER : 1][kKept ? N : 1];  // kKept: exp2(x * log2(e) - this thread's max), kept for the output
   if constexpr (PER > 0) {
     row.for_each([&](const P& p, int, int) { local = fmaxf(local, pack_max(p)); });
     const float m = scaled(local);
-    row.for_each([&](const P& p, int, int) { sum += pack_exp_sum(p, m); });
+    if constexpr (kKept) {
+      row.for_each([&](const P& p, int, int i) {
+#pragma unroll
+        for (int j = 0; j < N; ++j) {
+          e[i][j] = kl::fast_exp2(fmaf(kl::to_float(p.v[j]), kl::kLog2e, -m));
+          sum += e[i][j];
+        }
+      });
+    } else {
+      row.for_each([&](const P& p, int, int) { sum += pack_exp_sum(p, m); });
+    }
   } else {
     // One read: a running max, the sum rescaled whenever it grows.
     row.for_each([&](const P& p, int, int) {
@@ -82,7 +108,19 @@ __global__ void __launch_bounds__(kl::row_block_limit<N, PER>())
                                          [](MaxSum a, MaxSum b) { return combine(a, b); });
   const float m = total.max == -INFINITY ? 0.f : total.max, inv_sum = 1.f / total.sum;
   P* out = reinterpret_cast<P*>(y + offset);
-  row.for_each([&](const P& p, int k, int) { kl::store_pack(out + k, normalized(p, m, inv_sum)); });
+  if constexpr (kKept) {
+    // exp2(x * log2(e) - m) = e * exp2(this thread's max - m), each at most 1. A thread of only -inf has e = 0 and
+    // no max: 0 (times inv_sum, so that a row of only -inf is NaN, as it is for PyTorch and for the other path).
+    const float scale = (local == -INFINITY ? 0.f : kl::fast_exp2(local * kl::kLog2e - m)) * inv_sum;
+    row.for_each([&](const P&, int k, int i) {
+      P o;
+#pragma unroll
+      for (int j = 0; j < N; ++j) o.v[j] = kl::from_float<T>(e[i][j] * scale);
+      kl::store_pack(out + k, o);
+    });
+  } else {
+    row.for_each([&](const P& p, int k, int) { kl::store_pack(out + k, normalized(p, m, inv_sum)); });
+  }
 }
 
 template <typename T>
