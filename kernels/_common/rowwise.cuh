@@ -448,22 +448,29 @@ inline RowPlan plan_backward_rows(int64_t rows, int64_t cols, int pack16, bool a
   return p;
 }
 
-// layernorm's backward plan (rows of T): float32 rows at kNormEvenElems elements a thread where that spreads them
-// evenly over at most kBackwardEvenGroup threads (plan_even_rows), instead of 16 (plan_backward_rows): its four
-// running sums beside x and grad_out took 111 registers at 16 (an SM held 2 blocks of 256); at 8, 61. H200 kernel
-// times, 16384 rows of 1024: 60.2 -> 58.1 us, of 2048: 110.9 -> 105.5; 4096x4096 60.9 -> 59.5. rmsnorm's backward
-// gained nothing from it (16384x1024 54.9 -> 55.1 us) and keeps plan_backward_rows; 2-byte rows at 8 elements lost
-// (rmsnorm bfloat16 4096x4096 36.9 -> 41.5 us).
+// layernorm's backward plan (rows of T): rows at kNormEvenElems elements a thread where that spreads them evenly over
+// at most kBackwardEvenGroup threads (plan_even_rows), instead of 16 (plan_backward_rows):
+// - float32: its four running sums beside x and grad_out took 111 registers at 16 (an SM held 2 blocks of 256); at 8,
+//   61. H200 kernel times, 16384 rows of 1024: 60.2 -> 58.1 us, of 2048: 110.9 -> 105.5; 4096x4096 60.9 -> 59.5.
+// - 2-byte types, where plan_backward_rows gives one row a block (rows of 4096: 256 threads of 2 packs, the variant
+//   <8, 2> held to 64 registers, which spilled 52 bytes for float16 and 92 for bfloat16; at 8 elements, 512 threads
+//   of one pack, grad_out in registers, none). The backward kernel plus the column sums, H200: 4096x4096 float16
+//   48.0 -> 46.6 us, bfloat16 66.2 -> 49.6; 2048x4096 31.0 -> 28.6, 38.6 -> 30.6; 16384x4096 152.4 -> 151.0, 230.0
+//   -> 164.6. Not where several rows share a block (the three_blocks variant of layernorm_backward.cu), nor for a
+//   handful of rows (plan_backward_rows spreads those already).
+// rmsnorm's backward gained nothing from it (16384x1024 float32 54.9 -> 55.1 us) and lost for 2-byte rows (bfloat16
+// 4096x4096 36.9 -> 41.5 us: it does not spill at 16): it keeps plan_backward_rows.
 constexpr int kBackwardEvenGroup = 512;
 
 template <typename T>
 inline RowPlan plan_layernorm_backward(int64_t rows, int64_t cols, bool aligned, int sms) {
-  if constexpr (sizeof(T) == 4) {
-    if (const auto p = plan_even_rows(rows, cols, kPack16<T>, aligned, sms, kNormEvenElems, kBackwardEvenGroup)) {
-      return *p;
+  const RowPlan p = plan_backward_rows(rows, cols, kPack16<T>, aligned, sms);
+  if (sizeof(T) == 4 || (p.per_thread > 1 && p.rows_per_block == 1 && !p.few)) {
+    if (const auto e = plan_even_rows(rows, cols, kPack16<T>, aligned, sms, kNormEvenElems, kBackwardEvenGroup)) {
+      return *e;
     }
   }
-  return plan_backward_rows(rows, cols, kPack16<T>, aligned, sms);
+  return p;
 }
 
 template <int N, int PER>
