@@ -457,7 +457,10 @@ inline RowPlan plan_backward_rows(int64_t rows, int64_t cols, int pack16, bool a
 //   of one pack, grad_out in registers, none). The backward kernel plus the column sums, H200: 4096x4096 float16
 //   48.0 -> 46.6 us, bfloat16 66.2 -> 49.6; 2048x4096 31.0 -> 28.6, 38.6 -> 30.6; 16384x4096 152.4 -> 151.0, 230.0
 //   -> 164.6. Not where several rows share a block (the three_blocks variant of layernorm_backward.cu), nor for a
-//   handful of rows (plan_backward_rows spreads those already).
+//   handful of rows (plan_backward_rows spreads those already). bfloat16 rows up to a block of 1024 (rows of 8192:
+//   1024 threads of one pack against 512 of two), float16 not: its <8, 2> spills less and lost there (kernel plus
+//   column sums, 1024 / 2048 / 4096 rows of 8192: bfloat16 41.7 -> 36.6 / 69.9 -> 59.7 / 124.4 -> 101.5 us, float16
+//   34.0 -> 35.6 / 53.3 -> 57.6 / 89.1 -> 98.7).
 // rmsnorm's backward gained nothing from it (16384x1024 float32 54.9 -> 55.1 us) and lost for 2-byte rows (bfloat16
 // 4096x4096 36.9 -> 41.5 us: it does not spill at 16): it keeps plan_backward_rows.
 constexpr int kBackwardEvenGroup = 512;
@@ -466,9 +469,8 @@ template <typename T>
 inline RowPlan plan_layernorm_backward(int64_t rows, int64_t cols, bool aligned, int sms) {
   const RowPlan p = plan_backward_rows(rows, cols, kPack16<T>, aligned, sms);
   if (sizeof(T) == 4 || (p.per_thread > 1 && p.rows_per_block == 1 && !p.few)) {
-    if (const auto e = plan_even_rows(rows, cols, kPack16<T>, aligned, sms, kNormEvenElems, kBackwardEvenGroup)) {
-      return *e;
-    }
+    const int group = std::is_same_v<T, __nv_bfloat16> ? kRowMaxThreads : kBackwardEvenGroup;
+    if (const auto e = plan_even_rows(rows, cols, kPack16<T>, aligned, sms, kNormEvenElems, group)) return *e;
   }
   return p;
 }
