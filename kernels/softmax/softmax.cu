@@ -61,7 +61,8 @@ __device__ __forceinline__ MaxSum combine(MaxSum a, MaxSum b) {
 // Kernel times, H200 (benchmarks/kernel_ab.py's method): 4x8192 float16 2.72 -> 2.61 us, float32 2.99 -> 2.92;
 // 4096x4096 float16 18.85 -> 18.72; the other bench shapes within 0.5% (2 more registers at most, none spilled).
 // At 32 elements (float16 <8, 4>: 32 -> 54 registers) it lost: 8192x5120 float16 42.5 -> 51.9 us, 2048x14336
-// 31.2 -> 35.1.
+// 31.2 -> 35.1. Nor did two reductions help there (the max, then the sum of exponentials against it, as Liger-Kernel
+// does, with no exp2 in the reductions): 4x8192 float16 2.62 -> 2.65 us, 32x8192 2.85 -> 2.95, 64x4096 2.57 -> 2.64.
 constexpr int kKeptExps = 16;
 template <int N, int PER>
 __host__ __device__ constexpr bool keeps_exps() {
