@@ -8,7 +8,9 @@ system; one whose output or gradients were wrong is not timed, and the row names
 with the bench's own 95% bootstrap interval, and both's share of the measured copy bandwidth. A row is **below** when
 its whole interval is under 1.0x and *within noise* when the interval holds 1.0x. Prints a Markdown table and the
 count of each, and names every case it could not judge (the candidate failed, no baseline was timed); a case must
-come from one run. results/h200-norms/README.md's table is its output.
+come from one run. Cases timed under 10 us (where launch gaps weigh on the events' figures) get a second table: the
+candidate's and that best baseline's CUDA-graph figures (`graph_ms`: the L2 flush inside the graph, launch gaps
+removed; one median each, no interval). results/h200-norms/README.md's tables are its output.
 """
 from __future__ import annotations
 
@@ -100,7 +102,26 @@ def table(docs: list[dict[str, Any]], candidate: str = "kernellab") -> str:
                  f"1.0x), {counts['noise']} within noise, {counts['below']} below"
                  + (f"; {len(unjudged)} not judged:" if unjudged else "."))
     lines.extend(f"- {why}" for why in unjudged)
+    lines.extend(graph_table(judged, candidate))
     return "\n".join(lines)
+
+
+def graph_table(judged: list[dict[str, Any]], candidate: str) -> list[str]:
+    """The judged cases whose candidate row has a CUDA-graph figure, beside the same best baseline's (or none)."""
+    graphed = [case for case in judged if case["row"].get("graph_ms")]
+    if not graphed:
+        return []
+    lines = ["", "As CUDA graphs (cases under 10 us: the flush inside the graph, launch gaps removed; one median each, "
+             "no interval):", "",
+             f"| op | rows x cols | dtype | pass | {candidate} | best baseline | vs best |", "|---|---|---|---|---|---|---|"]
+    for case in graphed:
+        row, best = case["row"], case["best"]
+        mine, theirs = row["graph_ms"], best.get("graph_ms")
+        ratio = f"{_x(theirs / mine)}x" if theirs else "-"
+        lines.append(f"| {row['op']} | {_shape(row['shape'])} | {row['dtype']} | {results.pass_of(row)} | "
+                     f"{mine * 1e3:.2f} us | {best['impl']} {f'{theirs * 1e3:.2f} us' if theirs else '(none)'} | "
+                     f"{ratio} |")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> None:

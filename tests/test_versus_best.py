@@ -92,4 +92,24 @@ def test_a_run_kept_without_its_samples_still_tabulates(capsys: pytest.CaptureFi
     run = ROOT / "results" / "h100-norms"  # committed without samples.json.gz
     assert not (run / "samples.json.gz").exists()
     versus_best.main([str(run)])
-    assert capsys.readouterr().out.splitlines()[-1].startswith("90 rows: ")
+    assert any(line.startswith("90 rows: ") for line in capsys.readouterr().out.splitlines())
+
+
+def test_cases_with_a_cuda_graph_figure_get_a_second_table() -> None:
+    """The bench's graph_ms (cases under 10 us) beside the same best baseline's: its ratio, or '-' where it has none."""
+    graphed = row("kernellab", 5.5, speedups={"liger": (0.93, 0.92, 0.94)}) | {"graph_ms": 0.0026}
+    liger = row("liger", 5.1) | {"graph_ms": 0.0028}
+    lone = row("kernellab", 5.0, cols=4096, speedups={"eager": (1.5, 1.4, 1.6)}) | {"graph_ms": 0.0030}
+    doc = {"rows": [graphed, liger, row("kernellab", 50.0, cols=2048, speedups={"liger": (1.1, 1.05, 1.15)}),
+                    row("liger", 55.0, cols=2048), lone, row("eager", 7.5, cols=4096)]}
+    lines = versus_best.table([doc]).splitlines()
+    counts = next(i for i, line in enumerate(lines) if line.startswith("3 rows:"))
+    graph = [line for line in lines[counts:] if line.startswith("| rmsnorm")]
+    assert graph == ["| rmsnorm | 4x1024 | float32 | forward | 2.60 us | liger 2.80 us | 1.08x |",
+                     "| rmsnorm | 4x4096 | float32 | forward | 3.00 us | eager (none) | - |"]
+    assert "0.93x [0.92, 0.94] **below**" in lines[2]  # the verdict stays the events' one
+
+
+def test_no_graph_figures_no_second_table() -> None:
+    doc = {"rows": [row("kernellab", 10.0, speedups={"eager": (1.5, 1.4, 1.6)}), row("eager", 15.0)]}
+    assert "CUDA graphs" not in versus_best.table([doc])
