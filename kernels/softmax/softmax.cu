@@ -56,13 +56,14 @@ __device__ __forceinline__ MaxSum combine(MaxSum a, MaxSum b) {
 }
 
 // Whether a thread keeps its exponentials in registers for the output (one exp2 an element) rather than computing
-// them again (two): where it holds at most kKeptExps elements. An SM's multi-function units do 16 exp2 a cycle; with
-// a handful of rows (decoding: one row of 512 threads per SM) the second 16 a thread were on the critical path.
-// Kernel times, H200 (benchmarks/kernel_ab.py's method): 4x8192 float16 2.72 -> 2.61 us, float32 2.99 -> 2.92;
-// 4096x4096 float16 18.85 -> 18.72; the other bench shapes within 0.5% (2 more registers at most, none spilled).
-// At 32 elements (float16 <8, 4>: 32 -> 54 registers) it lost: 8192x5120 float16 42.5 -> 51.9 us, 2048x14336
-// 31.2 -> 35.1. Nor did two reductions help there (the max, then the sum of exponentials against it, as Liger-Kernel
-// does, with no exp2 in the reductions): 4x8192 float16 2.62 -> 2.65 us, 32x8192 2.85 -> 2.95, 64x4096 2.57 -> 2.64.
+// them again (two): where it holds at most kKeptExps elements, which plan_rows gives a handful of rows (spread over
+// more threads) and short rows, not the large bench shapes (32 elements a thread). An SM's multi-function units do 16
+// exp2 a cycle; with a handful of rows (decoding: one row of 512 threads per SM) the second 16 a thread were on the
+// critical path. Kernel times, H200 (benchmarks/kernel_ab.py): 4x8192 float16 2.72 -> 2.65 us, float32 2.98 -> 2.94,
+// bfloat16 2.78 -> 2.68; 64x4096 -2% to -4% (2 more registers at most, none spilled). At 32 elements (float16 <8, 4>:
+// 32 -> 54 registers) it lost: 8192x5120 float16 42.5 -> 51.9 us, 2048x14336 31.2 -> 35.1. Tried for the kept path
+// and left out: two reductions (the max, then the sum of exponentials against it, as Liger-Kernel does, with no exp2
+// in the reductions): 4x8192 float16 2.62 -> 2.65 us, 32x8192 2.85 -> 2.95, 64x4096 2.57 -> 2.64.
 constexpr int kKeptExps = 16;
 template <int N, int PER>
 __host__ __device__ constexpr bool keeps_exps() {

@@ -1,9 +1,10 @@
 // Host code only (no GPU needed): every row plan of kernels/_common/rowwise.cuh, over some 2.2M shapes on GPUs of
 // 108 SMs (A100), 114 (H100 PCIe) and 132 (H100 SXM, H200), launches a block its kernel accepts.
 // Backwards (plan_backward_rows, with and without the 2-byte spread, and layernorm's plan_layernorm_backward, float32
-// aligned and not, float16 and bfloat16): the variant kl::dispatch_backward picks, bounded by backward_block_limit<N, PER>(); a block
-// of several rows only where a thread holds at most 16 elements (the several-rows epilogue, Sums::kBlockRows, is
-// compiled for those only), and of at most kRowBlockThreads for 16-byte packs of a 2-byte type (layernorm's
+// aligned and not, float16 and bfloat16): the variant kl::dispatch_backward picks, bounded by
+// backward_block_limit<N, PER>(); a block of several rows only where a thread holds at most 16 elements (the
+// several-rows epilogue, Sums::kBlockRows, is compiled for those only), and of at most kRowBlockThreads for 16-byte
+// packs of a 2-byte type (layernorm's
 // three_blocks variant is bounded so; the check is stricter than that variant needs); no packs per thread the dispatch
 // does not compile. Forwards (plan_rows, and plan_norm_forward for float32): row_block_limit<N, PER>(). Exit status 1
 // and the first bad plans printed when any fails.
