@@ -19,12 +19,17 @@ __device__ __forceinline__ float pack_max(const kl::Pack<T, N>& p) {
   return m;
 }
 
+// exp2(x * log2(e) - scaled_max): e^(x - max), max times log2(e) given (scaled).
+__device__ __forceinline__ float exp_scaled(float x, float scaled_max) {
+  return kl::fast_exp2(fmaf(x, kl::kLog2e, -scaled_max));
+}
+
 // Sum of exp2(x * log2(e) - scaled_max) over the pack.
 template <typename T, int N>
 __device__ __forceinline__ float pack_exp_sum(const kl::Pack<T, N>& p, float scaled_max) {
   float s = 0.f;
 #pragma unroll
-  for (int j = 0; j < N; ++j) s += kl::fast_exp2(fmaf(kl::to_float(p.v[j]), kl::kLog2e, -scaled_max));
+  for (int j = 0; j < N; ++j) s += exp_scaled(kl::to_float(p.v[j]), scaled_max);
   return s;
 }
 
@@ -33,7 +38,7 @@ __device__ __forceinline__ kl::Pack<T, N> normalized(const kl::Pack<T, N>& p, fl
   kl::Pack<T, N> o;
 #pragma unroll
   for (int j = 0; j < N; ++j) {
-    o.v[j] = kl::from_float<T>(kl::fast_exp2(fmaf(kl::to_float(p.v[j]), kl::kLog2e, -scaled_max)) * inv_sum);
+    o.v[j] = kl::from_float<T>(exp_scaled(kl::to_float(p.v[j]), scaled_max) * inv_sum);
   }
   return o;
 }
@@ -88,7 +93,7 @@ __global__ void __launch_bounds__(kl::row_block_limit<N, PER>())
       row.for_each([&](const P& p, int, int i) {
 #pragma unroll
         for (int j = 0; j < N; ++j) {
-          e[i][j] = kl::fast_exp2(fmaf(kl::to_float(p.v[j]), kl::kLog2e, -m));
+          e[i][j] = exp_scaled(kl::to_float(p.v[j]), m);
           sum += e[i][j];
         }
       });

@@ -4,10 +4,9 @@
 // aligned and not, float16 and bfloat16): the variant kl::dispatch_backward picks, bounded by
 // backward_block_limit<N, PER>(); a block of several rows only where a thread holds at most 16 elements (the
 // several-rows epilogue, Sums::kBlockRows, is compiled for those only), and of at most kRowBlockThreads for 16-byte
-// packs of a 2-byte type (layernorm's
-// three_blocks variant is bounded so; the check is stricter than that variant needs); no packs per thread the dispatch
-// does not compile. Forwards (plan_rows, and plan_norm_forward for float32): row_block_limit<N, PER>(). Exit status 1
-// and the first bad plans printed when any fails.
+// packs of a 2-byte type (layernorm's three_blocks variant is bounded so; the check is stricter than that variant
+// needs); no packs per thread the dispatch does not compile. Forwards (plan_rows, and plan_norm_forward for float32):
+// row_block_limit<N, PER>(). Exit status 1 and the first bad plans printed when any fails.
 // Built and run by tests/test_debian_docker.py in the cu124-debian image (nvcc, no GPU).
 #include <cstdio>
 
