@@ -4,7 +4,8 @@
 // reduction (the sums rescaled to the larger max as they meet), then each output is written once (from the
 // exponentials a thread kept, where it holds 16 elements or fewer: keeps_exps).
 // Exponentials are base 2 on x * log2(e) - max: one FMA and one ex2 instruction each. Rows too long
-// for registers are streamed: one pass keeps a running (max, sum) per thread, a second writes.
+// for registers are streamed: one pass keeps a running (max, sum) per thread, a second writes. Rows whose max is
+// beyond 2^30 / log2(e) (far: masks of -1e10 or of the lowest finite value) are written by far_row instead.
 #include "kernellab.cuh"
 #include "rowwise.cuh"
 #include "softmax.h"
@@ -43,11 +44,59 @@ __device__ __forceinline__ kl::Pack<T, N> normalized(const kl::Pack<T, N>& p, fl
   return o;
 }
 
-// A row's max as exp2's argument wants it; an all -inf row keeps 0 so that exp2(-inf - 0) is 0, not NaN.
-__device__ __forceinline__ float scaled(float max) { return max == -INFINITY ? 0.f : max * kl::kLog2e; }
+// A max times log2(e) as exp2's argument wants it (s), rounded up: each exponential exp2(x * log2(e) - s) then comes
+// out 2^err times e^(x - max), err = max * log2(e) - s <= 0, the same err for every one rescaled to s, which the
+// normalization cancels; never above 1, even where err is far below 0, and the lowest finite value's s stays finite
+// (-FLT_MAX). A share with no value (max -inf) keeps -inf; exp_shift makes that 0 for exp2.
+__device__ __forceinline__ float scaled(float max) { return max == -INFINITY ? max : __fmul_ru(max, kl::kLog2e); }
+__device__ __forceinline__ float exp_shift(float s) { return s == -INFINITY ? 0.f : s; }
 
-// A thread's or group's share of a row: its max (times log2(e); -inf when it has no finite value) and the
-// sum of exp2(x * log2(e) - max) over its values.
+// Below |s| = 2^30, err > -64 and the exponentials that matter stay normal floats. From there err reaches -128 and
+// beyond (-2^103 at the lowest finite value), so that a row's exponentials may all come out 0: such a row (far: |max|
+// >= 7.4e8) is written by far_row. Distinct values there are at least 64 apart, so that e^(x - max) is 1 at the max
+// and below 2e-28 elsewhere; a thread this far below a near row's max adds its 0 to the sum, as it should.
+constexpr float kFarScaled = 0x1p30f;
+__device__ __forceinline__ bool is_far(float s) { return s != -INFINITY && !(fabsf(s) < kFarScaled); }
+
+// Whether any row reduced alongside this thread's is far: its warp where groups are a warp or less, its block where
+// several groups of warps share one, so that all threads reducing together take far_row's reductions.
+__device__ __forceinline__ bool any_far(bool far, int group) {
+  if (group >= static_cast<int>(blockDim.x)) return far;  // the same over the group, the whole block
+  if (group <= 32) return __any_sync(0xffffffffu, far);
+  return __syncthreads_or(far);
+}
+
+// A far row's softmax, as float32 has it: 1 / count at the values equal to the row's max, 0 elsewhere (NaN for a row
+// holding +inf, as for PyTorch), written over what the kernel wrote there. The row is read again, three times (no
+// registers held for this rare path), in the same packs per thread as the kernel's; three more reductions.
+template <typename T, int N>
+__device__ __noinline__ void far_row(const T* x, T* y, int64_t rows, int64_t cols, int shift, bool far) {
+  using P = kl::Pack<T, N>;
+  const kl::RowThread t = kl::row_thread(shift);
+  const bool valid = t.row < rows;
+  const int64_t offset = valid ? t.row * cols : 0;
+  const kl::RowPacks<P, 0> row(reinterpret_cast<const P*>(x + offset), static_cast<int>(cols / N), t, valid);
+  float max = -INFINITY, count = 0.f;
+  row.for_each([&](const P& p, int, int) { max = fmaxf(max, pack_max(p)); });
+  max = kl::group_reduce<kl::Max>(max, t.group);
+  row.for_each([&](const P& p, int, int) {
+#pragma unroll
+    for (int j = 0; j < N; ++j) count += kl::to_float(p.v[j]) == max ? 1.f : 0.f;
+  });
+  count = kl::group_reduce<kl::Sum>(count, t.group);
+  if (!far) return;
+  const float hit = max == INFINITY ? NAN : 1.f / count;
+  P* out = reinterpret_cast<P*>(y + offset);
+  row.for_each([&](const P& p, int k, int) {
+    P o;
+#pragma unroll
+    for (int j = 0; j < N; ++j) o.v[j] = kl::from_float<T>(kl::to_float(p.v[j]) == max ? hit : 0.f);
+    kl::store_pack(out + k, o);
+  });
+}
+
+// A thread's or group's share of a row: its max as scaled (s; -inf when it has no value above -inf) and the
+// sum of exp2(x * log2(e) - s) over its values.
 struct MaxSum {
   float max, sum;
 };
@@ -75,8 +124,17 @@ __host__ __device__ constexpr bool keeps_exps() {
   return PER > 0 && N * PER <= kKeptExps;
 }
 
+// __launch_bounds__'s blocks an SM must hold at once: 0 (none said) but for float32's kept path at 16 elements a
+// thread (<4, 4>: 4x8192, decoding), 1. With far_row a call, ptxas otherwise held that variant to 32 registers,
+// spilling kept exponentials across the reduction (36 -> 38 registers, as many allocated as before); said for every
+// variant, 1 took the unaligned kept ones from 32 to 42 registers (3000x1026: +4% to +9%, H200).
 template <typename T, int N, int PER>
-__global__ void __launch_bounds__(kl::row_block_limit<N, PER>())
+constexpr int min_blocks() {
+  return std::is_same_v<T, float> && N * PER == 16 ? 1 : 0;
+}
+
+template <typename T, int N, int PER>
+__global__ void __launch_bounds__(kl::row_block_limit<N, PER>(), min_blocks<T, N, PER>())
     softmax_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t cols, int shift) {
   using P = kl::Pack<T, N>;
   const kl::RowThread t = kl::row_thread(shift);
@@ -88,7 +146,7 @@ __global__ void __launch_bounds__(kl::row_block_limit<N, PER>())
   float e[kKept ? PER : 1][kKept ? N : 1];  // kKept: exp2(x * log2(e) - this thread's max), kept for the output
   if constexpr (PER > 0) {
     row.for_each([&](const P& p, int, int) { local = fmaxf(local, pack_max(p)); });
-    const float m = scaled(local);
+    const float m = exp_shift(scaled(local));
     if constexpr (kKept) {
       row.for_each([&](const P& p, int, int i) {
 #pragma unroll
@@ -102,23 +160,29 @@ __global__ void __launch_bounds__(kl::row_block_limit<N, PER>())
     }
   } else {
     // One read: a running max, the sum rescaled whenever it grows.
+    float m = exp_shift(scaled(local));
     row.for_each([&](const P& p, int, int) {
       const float pm = pack_max(p);
       if (pm > local) {
-        sum = local == -INFINITY ? 0.f : sum * kl::fast_exp2((local - pm) * kl::kLog2e);
+        const float grown = scaled(pm);
+        sum = local == -INFINITY ? 0.f : sum * kl::fast_exp2(m - grown);
         local = pm;
+        m = grown;
       }
-      sum += pack_exp_sum(p, scaled(local));
+      sum += pack_exp_sum(p, m);
     });
   }
-  const MaxSum total = kl::group_combine(MaxSum{local == -INFINITY ? -INFINITY : local * kl::kLog2e, sum}, t.group,
-                                         [](MaxSum a, MaxSum b) { return combine(a, b); });
-  const float m = total.max == -INFINITY ? 0.f : total.max, inv_sum = 1.f / total.sum;
+  const float s = scaled(local);
+  const MaxSum total =
+      kl::group_combine(MaxSum{s, sum}, t.group, [](MaxSum a, MaxSum b) { return combine(a, b); });
   P* out = reinterpret_cast<P*>(y + offset);
+  const bool far = is_far(total.max);
+  const float m = exp_shift(total.max), inv_sum = 1.f / total.sum;
   if constexpr (kKept) {
-    // exp2(x * log2(e) - m) = e * exp2(this thread's max - m), each at most 1. A thread of only -inf has e = 0 and
-    // no max: 0 (times inv_sum, so that a row of only -inf is NaN, as it is for PyTorch and for the other path).
-    const float scale = (local == -INFINITY ? 0.f : kl::fast_exp2(local * kl::kLog2e - m)) * inv_sum;
+    // exp2(x * log2(e) - m) = e * exp2(s - m), each at most 1, exactly 1 at the thread holding the max. A thread of
+    // only -inf has e = 0 and no max: 0 (times inv_sum, so that a row of only -inf is NaN, as it is for PyTorch and
+    // for the other path).
+    const float scale = (local == -INFINITY ? 0.f : kl::fast_exp2(s - m)) * inv_sum;
     row.for_each([&](const P&, int k, int i) {
       P o;
 #pragma unroll
@@ -128,6 +192,7 @@ __global__ void __launch_bounds__(kl::row_block_limit<N, PER>())
   } else {
     row.for_each([&](const P& p, int k, int) { kl::store_pack(out + k, normalized(p, m, inv_sum)); });
   }
+  if (any_far(far, t.group)) far_row<T, N>(x, y, rows, cols, shift, far);
 }
 
 template <typename T>
