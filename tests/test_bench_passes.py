@@ -5,6 +5,7 @@ Timings are synthetic (a scripted timing.measure, or the fake clock): nothing de
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -134,3 +135,33 @@ def test_a_setup_runs_before_every_call_and_is_not_timed(monkeypatch: pytest.Mon
     m = timing.measure({"bwd": call}, settings, device="cpu", setups={"bwd": setup})["bwd"]
     assert m.median_ms == pytest.approx(1.0)
     assert order[:6] == ["setup", "call"] * 3 and order.count("setup") == order.count("call")
+
+
+def test_a_tiny_case_is_judged_over_its_measurements(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under 10 us a pass is measured tiny_repeats times; each measurement's ratio counts, the interval spans them."""
+    spec = toy_spec(tmp_path)
+    factors = iter([1.0, 1.25, 0.8] * 3)  # the candidate's time in each measurement, of 2 us; baselines take 4 us
+    settings: list[Any] = []
+
+    def measure(fns: dict, s: Any, *, device: str, setups: dict | None = None) -> dict:
+        settings.append(s)
+        f = next(factors)
+        return {name: timing.Measurement(name, "cpu-perf-counter", 0.0, stop_reason="converged", samples_ms=bench_fakes.samples(
+            0.004 if name in ("eager", "detached") else 0.002 * f, seed=i)) for i, name in enumerate(fns)}
+
+    monkeypatch.setattr(timing, "measure", measure)
+    ctx = runner.Context("cpu", replace(timing.QUICK, tiny_repeats=3), True, None,
+                         bench_fakes.SimpleNamespace(window=lambda *a: []), None)
+    out = runner.bench_case(spec, toy_module(spec), SHAPE, "float32", ctx)
+    assert len(settings) == 9  # three passes, three measurements each
+    assert [s.min_time_s for s in settings[:3]] == pytest.approx([timing.QUICK.min_time_s] + [timing.QUICK.min_time_s / 3] * 2)
+    row = _row(out, "kernellab", "forward")
+    assert row["repeat_medians_ms"] == pytest.approx([0.002, 0.0025, 0.0016], rel=0.02)
+    assert row["stats"]["median"] == pytest.approx(0.002, rel=0.02)  # the first measurement's full figures
+    eager = row["speedups"]["eager"]
+    assert eager["repeats"] == pytest.approx([2.0, 1.6, 2.5], rel=0.02)
+    assert eager["value"] == pytest.approx(2.0, rel=0.02) and eager["lo"] < 1.6 < 2.5 < eager["hi"]
+    doc = bench_fakes.run_doc("new", out)
+    table = results.to_markdown(doc)
+    assert "were measured 3 times, each its own interleaved measurement" in table
+    assert "3 measurements: medians 1.6" in table

@@ -148,3 +148,31 @@ def test_bootstrap_cost_does_not_grow_with_samples(monkeypatch: pytest.MonkeyPat
         assert r.lo < 1.0 < r.hi
     assert r.hi - r.lo < 0.001
     assert costs[200_000] == costs[20] <= 4 * 2000  # at most two draws per resample and side
+
+
+def _around(median: float, n: int, seed: int) -> list[float]:
+    rng = random.Random(seed)
+    return [median * (1 + rng.gauss(0, 0.002)) for _ in range(n)]
+
+
+def test_a_ratio_over_repeats_spans_what_moved_between_measurements() -> None:
+    # Three measurements whose ratios are 1.10, 0.95 and 1.00, each tight (+-0.2% noise, 2000 samples a side).
+    moved = (1.10, 0.95, 1.00)
+    pairs = [(_around(3.0 * r, 2000, 2 * i), _around(3.0, 2000, 2 * i + 1)) for i, r in enumerate(moved)]
+    each = [stats.ratio_of_medians(num, den) for num, den in pairs]
+    assert all(r.hi - r.lo < 0.01 for r in each)  # one measurement alone says +-0.5%
+    r = stats.ratio_over_repeats(pairs)
+    assert r.repeats == pytest.approx(moved, rel=0.003)  # in the order measured
+    assert r.value == pytest.approx(1.00, rel=0.003)  # their median
+    assert r.lo == min(e.lo for e in each) and r.hi == max(e.hi for e in each)
+    assert r.lo < 0.95 and r.hi > 1.10
+    assert stats.judge(r, 0.002).verdict == "same"  # each alone would have said faster, slower and same
+    assert [stats.judge(e, 0.002).verdict for e in each] == ["slower", "faster", "same"]
+
+
+def test_a_ratio_over_one_measurement_is_its_ratio_and_none_is_an_error() -> None:
+    num, den = _around(2.0, 500, 1), _around(1.0, 500, 2)
+    assert stats.ratio_over_repeats([(num, den)]) == stats.ratio_of_medians(num, den)
+    assert stats.ratio_of_medians(num, den).to_dict()["repeats"] == ()
+    with pytest.raises(ValueError, match="at least one measurement"):
+        stats.ratio_over_repeats([])

@@ -73,3 +73,30 @@ def test_quick_settings_are_shorter_than_the_defaults() -> None:
     assert timing.QUICK.timeout_s < timing.DEFAULT.timeout_s
     assert timing.DEFAULT.min_samples == 10 and timing.DEFAULT.max_rel_stdev == pytest.approx(0.01)
     assert timing.DEFAULT.min_time_s == pytest.approx(0.5) and timing.DEFAULT.flush_factor == 2.0
+
+
+def test_a_tiny_case_is_measured_again_each_time_afresh(clock: bench_fakes.FakeClock) -> None:
+    # 4 us and 3 us: under graph_below_ms, so tiny_repeats measurements in all; the later ones of min_time / repeats.
+    calls: list[str] = []
+    fns = {"a": bench_fakes.takes(clock, bench_fakes.noisy(0.004, 0.002, seed=1), calls=calls, name="a"),
+           "b": bench_fakes.takes(clock, bench_fakes.noisy(0.003, 0.002, seed=2), calls=calls, name="b")}
+    settings = replace(FAST, tiny_repeats=4)
+    out = timing.measure_repeated(fns, settings, device="cpu")
+    assert len(out) == 4 and all(set(m) == {"a", "b"} for m in out)
+    first, *later = out
+    assert sum(first["a"].samples_ms) / 1e3 >= settings.min_time_s
+    for m in later:
+        assert settings.min_time_s / 4 <= sum(m["a"].samples_ms) / 1e3 < settings.min_time_s
+        assert m["a"].median_ms == pytest.approx(0.004, rel=0.01) and m["b"].median_ms == pytest.approx(0.003, rel=0.01)
+    # Each measurement is its own: an untimed first call of each function, then the interleaved samples.
+    assert calls.count("a") == sum(len(m["a"].samples_ms) for m in out) + 4
+
+
+@pytest.mark.parametrize("median_ms, repeats, expected", [(0.02, 5, 1), (0.004, 1, 1), (0.004, 3, 3)])
+def test_only_tiny_cases_are_repeated(clock: bench_fakes.FakeClock, median_ms: float, repeats: int,
+                                      expected: int) -> None:
+    fns = {"a": bench_fakes.takes(clock, bench_fakes.noisy(median_ms, 0.002)),
+           "b": bench_fakes.takes(clock, bench_fakes.noisy(0.001, 0.002, seed=3))}  # one tiny one does not suffice
+    out = timing.measure_repeated(fns, replace(FAST, tiny_repeats=repeats), device="cpu")
+    assert len(out) == (1 if median_ms >= FAST.graph_below_ms else expected)
+    assert timing.QUICK.tiny_repeats == 1 and timing.DEFAULT.tiny_repeats == 5

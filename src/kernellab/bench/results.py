@@ -201,6 +201,9 @@ def notes(row: dict[str, Any]) -> str:
         out.append(f"CPU-bound: {fmt_time(row['host_ms'])} host time per call")
     if row.get("graph_ms") is not None:
         out.append(f"CUDA graph {fmt_time(row['graph_ms'])}")
+    if row.get("repeat_medians_ms"):
+        medians = row["repeat_medians_ms"]
+        out.append(f"{len(medians)} measurements: medians {fmt_time(min(medians))}-{fmt_time(max(medians))}")
     if row.get("stop_reason") == "timeout":
         out.append("stopped at timeout")
     clocks = row.get("clocks") or {}
@@ -294,6 +297,11 @@ def header(doc: dict[str, Any]) -> list[str]:
                      f"every candidate and baseline is")
     lines.append("- Speedup = baseline median / candidate median, 95% bootstrap interval in brackets; "
                  "% peak = share of the measured copy bandwidth or GEMM rate, whichever binds")
+    repeated = [len(r["repeat_medians_ms"]) for r in doc["rows"] if r.get("repeat_medians_ms")]
+    if repeated:
+        lines.append(f"- Cases under {fmt_time(doc.get('settings', {}).get('graph_below_ms', 0.010))} were measured "
+                     f"{max(repeated)} times, each its own interleaved measurement: their speedup is the median of "
+                     "the measurements' ratios, its interval from the lowest end of theirs to the highest")
     return lines
 
 

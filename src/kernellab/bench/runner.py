@@ -205,14 +205,17 @@ def bench_pass(case: gate.Case, which: str, ctx: Context) -> list[dict[str, Any]
         return list(rows.values())
     t0 = time.perf_counter()
     try:
-        measured = timing.measure(fns, ctx.settings, device=device, setups=setups)
+        repeats = timing.measure_repeated(fns, ctx.settings, device=device, setups=setups)
     except Exception as e:  # e.g. out of memory at the largest shape
         for name in fns:
             rows[name].update(status="error", reason=f"timing failed: {gate.oneline(e)}")
         return list(rows.values())
+    measured = repeats[0]
     window = clocks.summarize_window(ctx.monitor.window(t0, time.perf_counter()), ctx.max_sm_mhz)
     nbytes, flops = _work(spec, shape, dtype, which)
     for name, m in measured.items():
+        if len(repeats) > 1:  # a tiny case: its other measurements' medians beside the first's full figures
+            rows[name]["repeat_medians_ms"] = [r[name].median_ms for r in repeats]
         summary = m.summary
         rows[name].update(
             timer=m.timer, samples_ms=m.samples_ms, stats=summary.to_dict(), stop_reason=m.stop_reason,
@@ -226,7 +229,7 @@ def bench_pass(case: gate.Case, which: str, ctx: Context) -> list[dict[str, Any]
             continue
         speedups = {}
         if role == "candidate":
-            speedups = {b: stats.ratio_of_medians(measured[b].samples_ms, measured[name].samples_ms)
+            speedups = {b: stats.ratio_over_repeats([(r[b].samples_ms, r[name].samples_ms) for r in repeats])
                         for b in baselines}
             rows[name]["speedups"] = {b: r.to_dict() for b, r in speedups.items()}
         rows[name]["suspect"] = roofline.suspicions(rows[name].get("pct_peak"),
