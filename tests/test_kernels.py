@@ -110,27 +110,31 @@ SOFTMAX = [op for op in OPS if op.name == "softmax"]
 @pytest.mark.parametrize("rows, cols", [(4, 8192), (64, 4096), (3, 7), (4, 20000), (6, 40000), (1000, 1026)])
 @pytest.mark.parametrize("op", SOFTMAX, ids=[op.name for op in SOFTMAX])
 def test_softmax_of_masked_rows(op: library.OpSpec, rows: int, cols: int, dtype: str) -> None:
-    """Attention scores under a mask: PyTorch's softmax, NaN where it has NaN (a row of only -inf), six kinds of rows
-    in turn (4-row shapes take the first four; 6x40000 is streamed, as is float32 4x20000).
+    """Attention scores under a mask: PyTorch's softmax, NaN where it has NaN, eight kinds of rows in turn (4-row
+    shapes take the first four, 6x40000 the first six; it is streamed, as is float32 4x20000).
     - A row near -1000 with 90% of it masked at random (its first element kept) leaves threads holding only -inf beside
       the row's max: rescaling a thread's kept exponentials to it must give them 0, not NaN.
     - Rows masked whole by the lowest finite value (Hugging Face's masks), or of values near 3e9 (256 apart), are far
       beyond 2^30 / log2(e), where max * log2(e) is off by more than exp2 can hold, or overflows: uniform over the
       values equal to the max, 0 elsewhere.
-    - A row near -5e8 (below that) with threads holding only -1e10 (beyond it): they add their 0 to its sum."""
+    - A row near -5e8 (below that) with threads holding only -1e10 (beyond it): they add their 0 to its sum.
+    - A row holding +inf, and one of the lowest finite value holding a NaN: NaN throughout, as for PyTorch."""
     module = _loaded(op)
     gen = torch.Generator(device="cuda").manual_seed(0)
     x = 3 * torch.randn(rows, cols, device="cuda", generator=gen)
-    x[0::6, max(1, cols // 2):] = float("-inf")  # a causal mask's rows
-    x[1::6] = float("-inf")  # a row masked whole
-    low = x[2::6] - 1000  # far below 0, mostly masked
-    x[2::6] = low.masked_fill(torch.rand(low.shape, device="cuda", generator=gen) < 0.9, float("-inf"))
-    x[2::6, 0] = -1000.0
-    x[4::6] = -1e10  # threads far below the row's max, -5e8 (its first quarter)
-    x[4::6, : cols // 4 + 1] = -5e8
-    x[5::6] = 3e9 + 256 * torch.randint(0, 3, x[5::6].shape, device="cuda", generator=gen)
+    x[0::8, max(1, cols // 2):] = float("-inf")  # a causal mask's rows
+    x[1::8] = float("-inf")  # a row masked whole
+    low = x[2::8] - 1000  # far below 0, mostly masked
+    x[2::8] = low.masked_fill(torch.rand(low.shape, device="cuda", generator=gen) < 0.9, float("-inf"))
+    x[2::8, 0] = -1000.0
+    x[4::8] = -1e10  # threads far below the row's max, -5e8 (its first quarter)
+    x[4::8, : cols // 4 + 1] = -5e8
+    x[5::8] = 3e9 + 256 * torch.randint(0, 3, x[5::8].shape, device="cuda", generator=gen)
+    x[6::8, min(1, cols - 1)] = float("inf")  # a row holding +inf: NaN throughout
     x = x.to(getattr(torch, dtype))
-    x[3::6] = torch.finfo(x.dtype).min  # masked whole by the lowest finite value: 1 / cols
+    x[3::8] = torch.finfo(x.dtype).min  # masked whole by the lowest finite value: 1 / cols
+    x[7::8] = torch.finfo(x.dtype).min  # ... and holding a NaN: NaN throughout
+    x[7::8, min(2, cols - 1)] = float("nan")
     expected = torch.softmax(x.float(), dim=-1).to(x.dtype)
     atol, rtol = op.tolerances[dtype]
     for label, fn in module.candidates.items():

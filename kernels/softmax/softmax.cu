@@ -66,9 +66,10 @@ __device__ __forceinline__ bool any_far(bool far, int group) {
   return __syncthreads_or(far);
 }
 
-// A far row's softmax, as float32 has it: 1 / count at the values equal to the row's max, 0 elsewhere (NaN for a row
-// holding +inf, as for PyTorch), written over what the kernel wrote there. The row is read again, three times (no
-// registers held for this rare path), in the same packs per thread as the kernel's; three more reductions.
+// A far row's softmax, as float32 has it: 1 / count at the values equal to the row's max, 0 elsewhere, and NaN
+// everywhere in a row holding NaN or +inf, as for PyTorch. Written over what the kernel wrote there. The row is read
+// again, three times (no registers held for this rare path), in the same packs per thread as the kernel's; two more
+// reductions.
 template <typename T, int N>
 __device__ __noinline__ void far_row(const T* x, T* y, int64_t rows, int64_t cols, int shift, bool far) {
   using P = kl::Pack<T, N>;
@@ -76,21 +77,27 @@ __device__ __noinline__ void far_row(const T* x, T* y, int64_t rows, int64_t col
   const bool valid = t.row < rows;
   const int64_t offset = valid ? t.row * cols : 0;
   const kl::RowPacks<P, 0> row(reinterpret_cast<const P*>(x + offset), static_cast<int>(cols / N), t, valid);
-  float max = -INFINITY, count = 0.f;
+  float max = -INFINITY;
   row.for_each([&](const P& p, int, int) { max = fmaxf(max, pack_max(p)); });
   max = kl::group_reduce<kl::Max>(max, t.group);
+  float2 counts = make_float2(0.f, 0.f);  // values equal to the max, NaNs
   row.for_each([&](const P& p, int, int) {
 #pragma unroll
-    for (int j = 0; j < N; ++j) count += kl::to_float(p.v[j]) == max ? 1.f : 0.f;
+    for (int j = 0; j < N; ++j) {
+      const float v = kl::to_float(p.v[j]);
+      counts.x += v == max ? 1.f : 0.f;
+      counts.y += v != v ? 1.f : 0.f;
+    }
   });
-  count = kl::group_reduce<kl::Sum>(count, t.group);
+  counts = kl::group_sum2(counts, t.group);
   if (!far) return;
-  const float hit = max == INFINITY ? NAN : 1.f / count;
+  const bool nan = max == INFINITY || counts.y > 0.f;
+  const float hit = nan ? NAN : 1.f / counts.x, miss = nan ? NAN : 0.f;
   P* out = reinterpret_cast<P*>(y + offset);
   row.for_each([&](const P& p, int k, int) {
     P o;
 #pragma unroll
-    for (int j = 0; j < N; ++j) o.v[j] = kl::from_float<T>(kl::to_float(p.v[j]) == max ? hit : 0.f);
+    for (int j = 0; j < N; ++j) o.v[j] = kl::from_float<T>(kl::to_float(p.v[j]) == max ? hit : miss);
     kl::store_pack(out + k, o);
   });
 }
