@@ -100,3 +100,18 @@ def test_only_tiny_cases_are_repeated(clock: bench_fakes.FakeClock, median_ms: f
     out = timing.measure_repeated(fns, replace(FAST, tiny_repeats=repeats), device="cpu")
     assert len(out) == (1 if median_ms >= FAST.graph_below_ms else expected)
     assert timing.QUICK.tiny_repeats == 1 and timing.DEFAULT.tiny_repeats == 5
+
+
+def test_a_failing_later_measurement_keeps_the_ones_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = count()
+    made = timing.Measurement("a", "cpu-perf-counter", 0.0, samples_ms=[0.003] * 10)
+
+    def measure(fns: dict, settings: timing.Settings, **kwargs: object) -> dict:
+        if next(calls) == 2:
+            raise RuntimeError("CUDA out of memory")
+        return {"a": made}
+
+    monkeypatch.setattr(timing, "measure", measure)
+    out = timing.measure_repeated({"a": lambda: None}, replace(FAST, tiny_repeats=5), device="cpu")
+    assert out == [{"a": made}, {"a": made}]  # the first two stand; the third failed and no more were tried
+    assert next(calls) == 3

@@ -112,7 +112,7 @@ __device__ __forceinline__ MaxSum shfl_xor(MaxSum v, int offset) {
 }
 __device__ __forceinline__ MaxSum combine(MaxSum a, MaxSum b) {
   const float m = fmaxf(a.max, b.max);
-  if (m == -INFINITY) return {m, 0.f};
+  if (m == -INFINITY) return {m, a.sum + b.sum};  // each 0, or NaN from a NaN among -infs (a NaN row, as for PyTorch)
   return {m, a.sum * kl::fast_exp2(a.max - m) + b.sum * kl::fast_exp2(b.max - m)};
 }
 
@@ -172,7 +172,7 @@ __global__ void __launch_bounds__(kl::row_block_limit<N, PER>(), min_blocks<T, N
       const float pm = pack_max(p);
       if (pm > local) {
         const float grown = scaled(pm);
-        sum = local == -INFINITY ? 0.f : sum * kl::fast_exp2(m - grown);
+        if (local != -INFINITY) sum *= kl::fast_exp2(m - grown);  // at -inf the sum is 0, or NaN (kept)
         local = pm;
         m = grown;
       }

@@ -214,7 +214,7 @@ def bench_pass(case: gate.Case, which: str, ctx: Context) -> list[dict[str, Any]
     window = clocks.summarize_window(ctx.monitor.window(t0, time.perf_counter()), ctx.max_sm_mhz)
     nbytes, flops = _work(spec, shape, dtype, which)
     for name, m in measured.items():
-        if len(repeats) > 1:  # a tiny case: its other measurements' medians beside the first's full figures
+        if len(repeats) > 1:  # a tiny case: every measurement's median (the first's included) beside its full figures
             rows[name]["repeat_medians_ms"] = [r[name].median_ms for r in repeats]
         summary = m.summary
         rows[name].update(

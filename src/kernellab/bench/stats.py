@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 #: A change smaller than this is never called a regression, however tight the interval.
 MIN_EFFECT = 0.03
@@ -122,7 +123,7 @@ class Ratio:
     level: float = 0.95
     repeats: tuple[float, ...] = ()
 
-    def to_dict(self) -> dict[str, float]:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 

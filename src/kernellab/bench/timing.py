@@ -144,12 +144,19 @@ def measure(fns: Mapping[str, Fn], settings: Settings = DEFAULT, *, device: str 
 def measure_repeated(fns: Mapping[str, Fn], settings: Settings = DEFAULT, *, device: str = "cuda",
                      setups: Mapping[str, Fn] | None = None) -> list[dict[str, Measurement]]:
     """`measure`, then, where every median came out under `graph_below_ms`, `tiny_repeats - 1` more measurements of
-    `min_time_s / tiny_repeats` each (no graph figures): the first measurement's, then the others'."""
+    `min_time_s / tiny_repeats` each (no graph figures): the first measurement's, then the others' (fewer where a
+    later one failed)."""
     first = measure(fns, settings, device=device, setups=setups)
     if settings.tiny_repeats < 2 or any(m.median_ms >= settings.graph_below_ms for m in first.values()):
         return [first]
     short = replace(settings, min_time_s=settings.min_time_s / settings.tiny_repeats, graph_below_ms=0.0)
-    return [first, *(measure(fns, short, device=device, setups=setups) for _ in range(settings.tiny_repeats - 1))]
+    out = [first]
+    for _ in range(settings.tiny_repeats - 1):
+        try:
+            out.append(measure(fns, short, device=device, setups=setups))
+        except Exception:  # e.g. out of memory: the measurements made stand (a row says how many there were)
+            break
+    return out
 
 
 def do_bench(fn: Fn, settings: Settings = DEFAULT, *, device: str = "cuda") -> Measurement:
