@@ -176,3 +176,13 @@ def test_a_ratio_over_one_measurement_is_its_ratio_and_none_is_an_error() -> Non
     assert stats.ratio_of_medians(num, den).to_dict()["repeats"] == ()
     with pytest.raises(ValueError, match="at least one measurement"):
         stats.ratio_over_repeats([])
+
+
+def test_repeat_noise_is_the_medians_relative_stdev() -> None:
+    assert stats.repeat_noise([]) == 0.0 and stats.repeat_noise([3.0]) == 0.0
+    assert stats.repeat_noise([2.0, 2.0, 2.0]) == 0.0
+    assert stats.repeat_noise([1.0, 2.0, 3.0]) == pytest.approx(statistics.stdev([1, 2, 3]) / 2.0)
+    # It raises the bar of a verdict whose samples alone are tight.
+    old, new = _around(3.0, 500, 1), _around(3.18, 500, 2)
+    assert stats.compare_samples(old, new).verdict == "slower"
+    assert stats.compare_samples(old, new, between=0.05).verdict == "same"

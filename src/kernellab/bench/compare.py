@@ -137,7 +137,7 @@ def compare_plain(old: dict[str, Any], new: dict[str, Any]) -> Report:
         elif report.relative:
             row.update(_relative_row(a, b, olds, news))
         else:
-            row.update(_verdict_fields(stats.compare_samples(a["samples_ms"], b["samples_ms"])))
+            row.update(_verdict_fields(stats.compare_samples(a["samples_ms"], b["samples_ms"], between=_between(a, b))))
         report.rows.append(row)
     return report
 
@@ -187,6 +187,11 @@ def _gpu_name(doc: dict[str, Any]) -> str:
     return (doc["environment"].get("gpu") or {}).get("name") or "no GPU (CPU timing)"
 
 
+def _between(*rows: dict[str, Any]) -> float:
+    """The largest spread between a tiny case's repeated measurements in these rows (0 where none was repeated)."""
+    return max(stats.repeat_noise(r.get("repeat_medians_ms") or []) for r in rows)
+
+
 def _verdict_fields(v: stats.Verdict) -> dict[str, Any]:
     return {"verdict": v.verdict, "change": v.change, "lo": v.ratio.lo - 1.0, "hi": v.ratio.hi - 1.0,
             "threshold": v.threshold}
@@ -201,7 +206,9 @@ def _relative_row(a: dict[str, Any], b: dict[str, Any], olds: dict, news: dict) 
     for base in _baselines(a, olds):
         old_base, new_base = olds.get(_key(a)[:4] + (base,)), news.get(_key(a)[:4] + (base,))
         if old_base is not None and new_base is not None and _timed_like(old_base, a) and _timed_like(new_base, a):
-            v = compare_relative(a["samples_ms"], old_base["samples_ms"], b["samples_ms"], new_base["samples_ms"])
+            v = compare_relative(a["samples_ms"], old_base["samples_ms"], b["samples_ms"], new_base["samples_ms"],
+                                 between=max(math.hypot(_between(a), _between(old_base)),
+                                             math.hypot(_between(b), _between(new_base))))
             return {**_verdict_fields(v), "baseline": base, "why": f"time relative to {base}"}
     return {"verdict": "not comparable", "why": "other machine, and no baseline timed in both runs"}
 
@@ -220,13 +227,14 @@ def _baselines(row: dict[str, Any], rows: dict) -> list[str]:
 
 def compare_relative(old_cand: Sequence[float], old_base: Sequence[float], new_cand: Sequence[float],
                      new_base: Sequence[float], *, level: float = 0.95, resamples: int = 2000,
-                     seed: int = 0) -> stats.Verdict:
+                     seed: int = 0, between: float = 0.0) -> stats.Verdict:
     """Judge (new candidate / new baseline) / (old candidate / old baseline), like stats.compare_samples.
 
     Above 1 is slower relative to the baseline. The interval is a percentile bootstrap with each of
     the four sample sets resampled on its own (seeded: same samples, same interval). A ratio of two
     timings spreads by both noises in quadrature, so each run's noise is that, and the threshold is
-    max(3%, 2x the noisier run's), as for absolute times.
+    max(3%, 2x the noisier run's), as for absolute times (or 2x `between`, the spread between a tiny case's repeated
+    measurements, where that is larger).
     """
     import numpy as np
 
@@ -241,7 +249,7 @@ def compare_relative(old_cand: Sequence[float], old_base: Sequence[float], new_c
     lo, hi = np.quantile((nc / nb) / (oc / ob), [alpha, 1.0 - alpha])
     ratio = stats.Ratio(value=value, lo=float(lo), hi=float(hi), level=level)
     noise = max(math.hypot(stats.robust_noise(new_cand), stats.robust_noise(new_base)),
-                math.hypot(stats.robust_noise(old_cand), stats.robust_noise(old_base)))
+                math.hypot(stats.robust_noise(old_cand), stats.robust_noise(old_base)), between)
     return stats.judge(ratio, noise)
 
 

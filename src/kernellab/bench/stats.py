@@ -98,6 +98,15 @@ def robust_noise(samples: Sequence[float]) -> float:
     return (s.iqr / IQR_TO_SIGMA) / s.median if s.median > 0 else math.inf
 
 
+def repeat_noise(medians: Sequence[float]) -> float:
+    """Relative spread between repeated measurements of one case (their medians' stdev / mean): what one
+    measurement's samples cannot show (0 for fewer than two)."""
+    if len(medians) < 2:
+        return 0.0
+    mean, stdev = _mean_stdev(medians)
+    return stdev / mean if mean > 0 else math.inf
+
+
 def plateaued(history: Sequence[float], window: int = 4, tolerance: float = 0.05) -> bool:
     """True once the noise estimate stopped moving: more samples would not make the run quieter.
 
@@ -199,13 +208,14 @@ class Verdict:
         return self.ratio.value - 1.0
 
 
-def compare_samples(old: Sequence[float], new: Sequence[float], *, seed: int = 0) -> Verdict:
+def compare_samples(old: Sequence[float], new: Sequence[float], *, seed: int = 0, between: float = 0.0) -> Verdict:
     """Call a change real only if its interval excludes 1 and it exceeds max(3%, 2x noise).
 
     Noise is the robust relative spread of the noisier of the two runs, so a quiet new run cannot
-    hide behind an old run's noise and vice versa.
+    hide behind an old run's noise and vice versa, or `between` where that is larger: the spread between
+    repeated measurements of the case (repeat_noise), which neither run's samples show.
     """
-    return judge(ratio_of_medians(new, old, seed=seed), max(robust_noise(old), robust_noise(new)))
+    return judge(ratio_of_medians(new, old, seed=seed), max(robust_noise(old), robust_noise(new), between))
 
 
 def judge(ratio: Ratio, noise: float) -> Verdict:
