@@ -6,7 +6,8 @@ For each (op, shape, dtype, pass) of the runs (each a folder with results.json, 
 the candidate's median, the fastest baseline that passed its check (eager, torch.compile, a recipe's published
 system; one whose output or gradients were wrong is not timed, and the row names it), the speedup over that baseline
 with the bench's own 95% bootstrap interval, and both's share of the measured copy bandwidth. A row is **below** when
-its whole interval is under 1.0x and *within noise* when the interval holds 1.0x. Prints a Markdown table and the
+its whole interval is under 1.0x and *within noise* when the interval holds 1.0x; "(x5)" marks a case the bench
+measured five times (a median under 10 us), whose interval spans the five measurements'. Prints a Markdown table and the
 count of each, and names every case it could not judge (the candidate failed, no baseline was timed); a case must
 come from one run. Cases timed under 10 us (where launch gaps weigh on the events' figures) get a second table: the
 candidate's and that best baseline's CUDA-graph figures (`graph_ms`: the L2 flush inside the graph, launch gaps
@@ -93,6 +94,8 @@ def table(docs: list[dict[str, Any]], candidate: str = "kernellab") -> str:
         kind = verdict(s)
         counts[kind] += 1
         mark = {"below": " **below**", "noise": " (within noise)", "ahead": ""}[kind]
+        if s.get("repeats"):
+            mark = f" (x{len(s['repeats'])})" + mark
         failed = f" ({', '.join(case['failed'])})" if case["failed"] else ""
         lines.append(f"| {row['op']} | {_shape(row['shape'])} | {row['dtype']} | {results.pass_of(row)} | {_us(row)} | "
                      f"{best['impl']} {_us(best)}{failed} | {_x(s['value'])}x [{_x(s['lo'])}, {_x(s['hi'])}]{mark} | "
@@ -102,6 +105,10 @@ def table(docs: list[dict[str, Any]], candidate: str = "kernellab") -> str:
                  f"1.0x), {counts['noise']} within noise, {counts['below']} below"
                  + (f"; {len(unjudged)} not judged:" if unjudged else "."))
     lines.extend(f"- {why}" for why in unjudged)
+    repeated = sorted({len(c["speedup"]["repeats"]) for c in judged if c["speedup"].get("repeats")})
+    if repeated:
+        lines.append(f"(x{'/'.join(map(str, repeated))}): a case with a median under 10 us, measured that many times: the median of "
+                     "their ratios, the interval from the lowest end of theirs to the highest (docs/bench.md).")
     lines.extend(graph_table(judged, candidate))
     return "\n".join(lines)
 

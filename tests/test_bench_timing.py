@@ -92,13 +92,18 @@ def test_a_tiny_case_is_measured_again_each_time_afresh(clock: bench_fakes.FakeC
     assert calls.count("a") == sum(len(m["a"].samples_ms) for m in out) + 4
 
 
-@pytest.mark.parametrize("median_ms, repeats, expected", [(0.02, 5, 1), (0.004, 1, 1), (0.004, 3, 3)])
-def test_only_tiny_cases_are_repeated(clock: bench_fakes.FakeClock, median_ms: float, repeats: int,
+@pytest.mark.parametrize("a_ms, b_ms, repeats, expected", [
+    (0.02, 0.05, 5, 1),     # neither under 10 us
+    (0.02, 0.004, 5, 5),    # one tiny function makes a tiny case: its ratio to the other moves as it does
+    (0.004, 0.003, 1, 1),   # tiny_repeats = 1: measured once
+    (0.004, 0.003, 3, 3),
+])
+def test_only_tiny_cases_are_repeated(clock: bench_fakes.FakeClock, a_ms: float, b_ms: float, repeats: int,
                                       expected: int) -> None:
-    fns = {"a": bench_fakes.takes(clock, bench_fakes.noisy(median_ms, 0.002)),
-           "b": bench_fakes.takes(clock, bench_fakes.noisy(0.001, 0.002, seed=3))}  # one tiny one does not suffice
+    fns = {"a": bench_fakes.takes(clock, bench_fakes.noisy(a_ms, 0.002)),
+           "b": bench_fakes.takes(clock, bench_fakes.noisy(b_ms, 0.002, seed=3))}
     out = timing.measure_repeated(fns, replace(FAST, tiny_repeats=repeats), device="cpu")
-    assert len(out) == (1 if median_ms >= FAST.graph_below_ms else expected)
+    assert len(out) == expected
     assert timing.QUICK.tiny_repeats == 1 and timing.DEFAULT.tiny_repeats == 5
 
 

@@ -113,3 +113,16 @@ def test_cases_with_a_cuda_graph_figure_get_a_second_table() -> None:
 def test_no_graph_figures_no_second_table() -> None:
     doc = {"rows": [row("kernellab", 10.0, speedups={"eager": (1.5, 1.4, 1.6)}), row("eager", 15.0)]}
     assert "CUDA graphs" not in versus_best.table([doc])
+
+
+def test_a_case_measured_several_times_is_marked_and_explained() -> None:
+    mine = row("kernellab", 5.7, cols=8192, speedups={"liger": (0.90, 0.69, 0.98)})
+    mine["speedups"]["liger"]["repeats"] = [0.97, 0.87, 0.90, 0.97, 0.80]
+    out = versus_best.table([{"rows": [mine, row("liger", 5.5, cols=8192)]}]).splitlines()
+    (body,) = [line for line in out if line.startswith("| rmsnorm")]
+    assert "| 0.90x [0.69, 0.98] (x5) **below** |" in body
+    assert any(line.startswith("(x5): a case with a median under 10 us, measured that many") for line in out)
+    # A run without repeats has no mark and no note.
+    plain = versus_best.table([{"rows": [row("kernellab", 5.7, speedups={"liger": (0.9, 0.89, 0.91)}),
+                                         row("liger", 5.5)]}])
+    assert "(x" not in plain

@@ -299,7 +299,7 @@ def header(doc: dict[str, Any]) -> list[str]:
                  "% peak = share of the measured copy bandwidth or GEMM rate, whichever binds")
     repeated = [len(r["repeat_medians_ms"]) for r in doc["rows"] if r.get("repeat_medians_ms")]
     if repeated:
-        lines.append(f"- Cases under {fmt_time(doc.get('settings', {}).get('graph_below_ms', 0.010))} were measured "
+        lines.append(f"- Cases with a median under {fmt_time(doc.get('settings', {}).get('graph_below_ms', 0.010))} were measured "
                      f"{max(repeated)} times, each its own interleaved measurement: their speedup is the median of "
                      "the measurements' ratios, its interval from the lowest end of theirs to the highest")
     return lines

@@ -46,7 +46,7 @@ class Settings:
     graph_below_ms: float = 0.010   # medians under this also get a CUDA-graph figure
     graph_calls: int = 20           # calls captured in one graph
     graph_replays: int = 25
-    # Cases whose every median is under graph_below_ms are measured this many times in all, each further time a
+    # Cases with any median under graph_below_ms are measured this many times in all, each further time a
     # fresh interleaved measurement (its own spins, its own order) of min_time_s / tiny_repeats: a 3 us kernel's
     # ratio to another moved by +-5% between measurements whose own intervals said +-1% (H200, 4 rows of 8192).
     tiny_repeats: int = 5
@@ -143,11 +143,11 @@ def measure(fns: Mapping[str, Fn], settings: Settings = DEFAULT, *, device: str 
 
 def measure_repeated(fns: Mapping[str, Fn], settings: Settings = DEFAULT, *, device: str = "cuda",
                      setups: Mapping[str, Fn] | None = None) -> list[dict[str, Measurement]]:
-    """`measure`, then, where every median came out under `graph_below_ms`, `tiny_repeats - 1` more measurements of
+    """`measure`, then, where any median came out under `graph_below_ms`, `tiny_repeats - 1` more measurements of
     `min_time_s / tiny_repeats` each (no graph figures): the first measurement's, then the others' (fewer where a
     later one failed)."""
     first = measure(fns, settings, device=device, setups=setups)
-    if settings.tiny_repeats < 2 or any(m.median_ms >= settings.graph_below_ms for m in first.values()):
+    if settings.tiny_repeats < 2 or all(m.median_ms >= settings.graph_below_ms for m in first.values()):
         return [first]
     short = replace(settings, min_time_s=settings.min_time_s / settings.tiny_repeats, graph_below_ms=0.0)
     out = [first]
