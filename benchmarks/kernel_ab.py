@@ -7,7 +7,8 @@ after an edit, before a full bench: which kernels got faster, at which shapes, b
 `--base` is a git revision (its kernels/ taken with `git archive`) or a folder holding a kernels/ tree; the other
 side is this checkout's kernels/. Each side is built and timed in a process of its own (both build at once), and
 each (shape, dtype) is timed with torch.profiler: the L2 flushed before every call, the kernels' device time
-summed per call (launch overhead is not in it), `--calls` calls. Each side's result is checked against the
+summed per call (launch overhead is not in it), `--calls` calls; for an op of several kernels also each call's span,
+its first kernel's start to its last one's end (the gaps between them in, overlaps counted once). Each side's result is checked against the
 reference first (forward: the output; backward: every gradient), and its largest error printed beside its time.
 The shapes default to the op's bench_shapes, the dtypes to its bench_dtypes. Needs a GPU.
 """
@@ -68,8 +69,22 @@ for shape, dtype in cases:
         us = e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total  # torch < 2.4: cuda_
         kernels[e.name] = kernels.get(e.name, 0.0) + us
     kernels = {k: v / calls for k, v in kernels.items()}
+    # Each call's span, from its first kernel's start to its last one's end (the flush between calls): the kernels'
+    # times summed count twice what overlaps (a programmatic dependent launch) and leave out the gaps between them.
+    spans, start, end = [], None, None
+    for e in sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA),
+                    key=lambda e: e.time_range.start):
+        if any(w in e.name.lower() for w in ignore):
+            if start is not None:
+                spans.append(end - start)
+            start = end = None
+        else:
+            start = e.time_range.start if start is None else start
+            end = e.time_range.end if end is None else max(end, e.time_range.end)
+    if start is not None:
+        spans.append(end - start)
     print(json.dumps({"shape": shape, "dtype": dtype, "us": sum(kernels.values()), "kernels": kernels,
-                      "max_error": error}), flush=True)
+                      "span_us": sum(spans) / len(spans) if spans else None, "max_error": error}), flush=True)
 """
 
 
@@ -111,11 +126,16 @@ def table(base: list[dict[str, Any]], new: list[dict[str, Any]]) -> str:
              "|---|---|---|---|---|---|"]
     for a, b in zip(base, new):
         def cell(r: dict[str, Any]) -> str:
+            if len(r["kernels"]) <= 1:
+                return f"{r['us']:.2f} us"
             parts = " + ".join(f"{short_name(k)} {v:.2f}" for k, v in r["kernels"].items())
-            return f"{r['us']:.2f} us ({parts})" if len(r["kernels"]) > 1 else f"{r['us']:.2f} us"
-        change = (b["us"] / a["us"] - 1) * 100 if a["us"] else float("nan")
+            span = f"; span {r['span_us']:.2f}" if r.get("span_us") else ""
+            return f"{r['us']:.2f} us ({parts}{span})"
+        change = f"{(b['us'] / a['us'] - 1) * 100:+.1f}%" if a["us"] else "n/a"
+        if (len(a["kernels"]) > 1 or len(b["kernels"]) > 1) and a.get("span_us") and b.get("span_us"):
+            change += f" (span {(b['span_us'] / a['span_us'] - 1) * 100:+.1f}%)"  # first start to last end, per call
         shape = f"{a['shape']['rows']}x{a['shape']['cols']}"
-        lines.append(f"| {shape} | {a['dtype']} | {cell(a)} | {cell(b)} | {change:+.1f}% | "
+        lines.append(f"| {shape} | {a['dtype']} | {cell(a)} | {cell(b)} | {change} | "
                      f"{a['max_error']:.3g} / {b['max_error']:.3g} |")
     return "\n".join(lines)
 

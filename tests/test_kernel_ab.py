@@ -52,6 +52,19 @@ def test_the_table_has_each_sides_kernels_the_change_and_the_errors() -> None:
                         "51.70 us (layernorm_backward_kernel 49.60 + kl::column_sums 2.10) | -28.5% | 0.00195 / 0.00195 |")
 
 
+def test_a_case_of_several_kernels_also_shows_each_calls_span_and_its_change() -> None:
+    # Kernels that overlap (a programmatic dependent launch) sum to more than the call takes: the span says so.
+    base = {"shape": {"rows": 4, "cols": 8192}, "dtype": "float32", "us": 5.5, "span_us": 6.4,
+            "kernels": {"void kl::backward_kernel<float>(...)": 4.2, "void kl::weight_grads<float>(...)": 1.3},
+            "max_error": 1.9e-06}
+    new = dict(base, us=6.0, span_us=4.8, kernels={"void kl::backward_kernel<float>(...)": 4.2,
+                                                     "void kl::weight_grads<float>(...)": 1.8})
+    row = kernel_ab.table([base], [new]).splitlines()[2]
+    assert row == ("| 4x8192 | float32 | 5.50 us (kl::backward_kernel 4.20 + kl::weight_grads 1.30; span 6.40) | "
+                   "6.00 us (kl::backward_kernel 4.20 + kl::weight_grads 1.80; span 4.80) | +9.1% (span -25.0%) | "
+                   "1.9e-06 / 1.9e-06 |")
+
+
 @pytest.mark.parametrize("argv, message", [
     (["-k", "no_such_op"], r"-k no_such_op: no such op; ops: .*layernorm"),
     (["-k", "vector_add", "--pass", "backward"], r"vector_add has no backward"),

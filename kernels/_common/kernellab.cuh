@@ -47,6 +47,16 @@ inline int sm_count() {
   return cached[device];
 }
 
+// Compute capability's major number of the current device, cached as sm_count is (9 for Hopper).
+inline int compute_major() {
+  static int cached[64] = {};
+  int device = 0;
+  cudaGetDevice(&device);
+  if (device >= 64) device = 63;
+  if (cached[device] == 0) cudaDeviceGetAttribute(&cached[device], cudaDevAttrComputeCapabilityMajor, device);
+  return cached[device];
+}
+
 // Reductions over a row's group of threads (a warp or less up to a whole block), of a float or of several
 // statistics at once (a mean/variance, a max/sum pair): kl::group_combine in rowwise.cuh.
 __device__ __forceinline__ float shfl_xor(float v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }

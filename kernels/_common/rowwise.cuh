@@ -672,6 +672,42 @@ inline size_t backward_shared_bytes(const RowPlan& p, int64_t cols, int count) {
   return p.rows_per_block > 1 ? size_t(p.rows_per_block) * size_t(cols) * sizeof(float) : 0;
 }
 
+// A norm's backward is two kernels: the backward kernel, then the weight's gradient summed over rows (weight_grads
+// or column_sums). On compute capability 9.0 and later the second is launched as a programmatic dependent launch
+// (launch_dependent): the backward kernel lets it start at once (launch_dependents), and its blocks take their free
+// SMs and wait for the backward kernel's results (wait_for_primary), where they would otherwise be launched only once
+// the backward kernel had finished. For a handful of rows (4 of 132 SMs busy) that wait was the launch gap between
+// the two kernels, and weight_grads reads x and grad_out (inputs, not results) before it waits.
+__device__ __forceinline__ void launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+
+// Waits until the kernel launched before this one (launch_dependent) has finished and its writes are visible; at
+// once when it was launched without that.
+__device__ __forceinline__ void wait_for_primary() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Launches kernel<<<grid, block, 0, stream>>>(args...) as a programmatic dependent launch of the kernel before it on
+// the stream (compute capability 9.0 on; elsewhere an ordinary launch).
+template <typename... Params, typename... Args>
+inline void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args... args) {
+  cudaLaunchAttribute early = {};
+  early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  early.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.stream = stream;
+  config.attrs = &early;
+  config.numAttrs = compute_major() >= 9 ? 1 : 0;
+  cudaLaunchKernelEx(&config, kernel, args...);
+}
+
 // out[which][c] = sum over p < parts of partial[which][p][c], in T. Block: 32 columns x 32 slices of parts.
 template <typename T>
 __global__ void __launch_bounds__(1024) column_sums(const float* __restrict__ partial, int parts, int cols,
@@ -681,6 +717,7 @@ __global__ void __launch_bounds__(1024) column_sums(const float* __restrict__ pa
   const int c = blockIdx.x * 32 + lane;
   const float* in = partial + int64_t(blockIdx.y) * parts * cols;
   float s = 0.f;
+  wait_for_primary();  // the partial rows are the backward kernel's
   if (c < cols) {
     for (int p = slice; p < parts; p += 32) s += in[int64_t(p) * cols + c];
   }
@@ -703,6 +740,7 @@ __global__ void __launch_bounds__(256) column_sums_serial(const float* __restric
   if (c >= cols) return;
   const float* in = partial + int64_t(blockIdx.y) * parts * cols + c;
   float s = 0.f;
+  wait_for_primary();
   for (int p = 0; p < parts; ++p) s += in[int64_t(p) * cols];
   (blockIdx.y == 0 ? out0 : out1)[c] = from_float<T>(s);
 }
@@ -724,23 +762,31 @@ __global__ void __launch_bounds__(256) weight_grads(const T* __restrict__ dy, co
   // remainder loop of one row, and one L2 round trip, per turn: 2.2 us for 4 rows of 8192 on the H100).
   const T* pdy = dy + c;
   const T* px = x + c;
-#pragma unroll 1
-  for (int r0 = 0; r0 < rows; r0 += 4, pdy += 4 * int64_t(cols), px += 4 * int64_t(cols)) {
-    T g[4], v[4];
-    float2 st[4];
+  T g[4], v[4];
+  auto load = [&](int r0) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const bool in = r0 + j < rows;
       g[j] = in ? pdy[j * int64_t(cols)] : from_float<T>(0.f);
       v[j] = in ? px[j * int64_t(cols)] : from_float<T>(0.f);
-      st[j] = in ? stats[r0 + j] : make_float2(0.f, 0.f);
     }
+  };
+  load(0);  // inputs of the backward kernel: read while it runs (launch_dependent)
+  wait_for_primary();  // the statistics are its results
+#pragma unroll 1
+  for (int r0 = 0; r0 < rows; r0 += 4) {
+    if (r0 > 0) load(r0);
+    float2 st[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) st[j] = r0 + j < rows ? stats[r0 + j] : make_float2(0.f, 0.f);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const float gf = to_float(g[j]);
       gw = fmaf(gf, (to_float(v[j]) - st[j].x) * st[j].y, gw);
       gb += gf;
     }
+    pdy += 4 * int64_t(cols);
+    px += 4 * int64_t(cols);
   }
   dw[c] = from_float<T>(gw);
   if (db != nullptr) db[c] = from_float<T>(gb);
@@ -792,11 +838,11 @@ void launch_column_sums(const float* partial, int parts, int cols, T* out0, T* o
                         cudaStream_t stream) {
   const unsigned y = static_cast<unsigned>(outputs);
   if (parts <= 32) {
-    column_sums_serial<T><<<dim3(static_cast<unsigned>((cols + 255) / 256), y), 256, 0, stream>>>(partial, parts, cols,
-                                                                                                  out0, out1);
+    launch_dependent(column_sums_serial<T>, dim3(static_cast<unsigned>((cols + 255) / 256), y), dim3(256), stream,
+                     partial, parts, cols, out0, out1);
   } else {
-    column_sums<T><<<dim3(static_cast<unsigned>((cols + 31) / 32), y), 1024, 0, stream>>>(partial, parts, cols, out0,
-                                                                                         out1);
+    launch_dependent(column_sums<T>, dim3(static_cast<unsigned>((cols + 31) / 32), y), dim3(1024), stream, partial,
+                     parts, cols, out0, out1);
   }
 }
 
@@ -808,8 +854,8 @@ void launch_weight_grads(bool stats, const T* dy, const T* x, const float* ws, i
                          T* dw, T* db, cudaStream_t stream) {
   const int n = static_cast<int>(cols);
   if (stats) {
-    weight_grads<T><<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(
-        dy, x, reinterpret_cast<const float2*>(ws), static_cast<int>(rows), n, dw, db);
+    launch_dependent(weight_grads<T>, dim3(static_cast<unsigned>((n + 255) / 256)), dim3(256), stream, dy, x,
+                     reinterpret_cast<const float2*>(ws), static_cast<int>(rows), n, dw, db);
   } else {
     launch_column_sums<T>(ws, parts, n, dw, db != nullptr ? db : dw, db != nullptr ? 2 : 1, stream);
   }

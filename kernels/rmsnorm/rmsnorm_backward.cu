@@ -18,6 +18,7 @@ __global__ void __launch_bounds__(kl::backward_block_limit<N, PER>(), kl::backwa
                               T* __restrict__ dx, float* __restrict__ partial, int64_t rows, int64_t cols, float eps,
                               int shift) {
   extern __shared__ __align__(16) float shared[];  // float4 rows (ColumnSums)
+  kl::launch_dependents();  // the weight's gradient kernel may start (kl::launch_dependent)
   using P = kl::Pack<T, N>;
   const int rows_per_block = blockDim.x >> shift, group = 1 << shift;
   const int lane = threadIdx.x & (group - 1), local = threadIdx.x >> shift;
