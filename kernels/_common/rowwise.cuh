@@ -677,9 +677,17 @@ inline size_t backward_shared_bytes(const RowPlan& p, int64_t cols, int count) {
 // (launch_dependent): the backward kernel lets it start at once (launch_dependents), and its blocks take their free
 // SMs and wait for the backward kernel's results (wait_for_primary), where they would otherwise be launched only once
 // the backward kernel had finished. For a handful of rows (4 of 132 SMs busy) that wait was the launch gap between
-// the two kernels, and weight_grads reads x and grad_out (inputs, not results) before it waits.
+// the two kernels, and weight_grads reads x and grad_out (inputs, not results) before it waits. Built with CUDA 12.3
+// and later only (KL_DEPENDENT_LAUNCH): a CUDA graph records such a launch as a programmatic edge from 12.3 on (edge
+// data), and older toolkits (the matrix reaches back to 11.x) build the two launches in stream order.
+#if defined(CUDART_VERSION) && CUDART_VERSION >= 12030
+#define KL_DEPENDENT_LAUNCH 1
+#else
+#define KL_DEPENDENT_LAUNCH 0
+#endif
+
 __device__ __forceinline__ void launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if KL_DEPENDENT_LAUNCH && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;");
 #endif
 }
@@ -687,15 +695,18 @@ __device__ __forceinline__ void launch_dependents() {
 // Waits until the kernel launched before this one (launch_dependent) has finished and its writes are visible; at
 // once when it was launched without that.
 __device__ __forceinline__ void wait_for_primary() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if KL_DEPENDENT_LAUNCH && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
 
 // Launches kernel<<<grid, block, 0, stream>>>(args...) as a programmatic dependent launch of the kernel before it on
-// the stream (compute capability 9.0 on; elsewhere an ordinary launch).
+// the stream (compute capability 9.0 on, KL_DEPENDENT_LAUNCH; elsewhere an ordinary launch).
 template <typename... Params, typename... Args>
 inline void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args... args) {
+#if !KL_DEPENDENT_LAUNCH
+  kernel<<<grid, block, 0, stream>>>(args...);
+#else
   cudaLaunchAttribute early = {};
   early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   early.val.programmaticStreamSerializationAllowed = 1;
@@ -706,6 +717,7 @@ inline void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, c
   config.attrs = &early;
   config.numAttrs = compute_major() >= 9 ? 1 : 0;
   cudaLaunchKernelEx(&config, kernel, args...);
+#endif
 }
 
 // out[which][c] = sum over p < parts of partial[which][p][c], in T. Block: 32 columns x 32 slices of parts.
