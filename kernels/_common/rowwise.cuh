@@ -700,12 +700,30 @@ __device__ __forceinline__ void wait_for_primary() {
 #endif
 }
 
-// Launches kernel<<<grid, block, 0, stream>>>(args...) as a programmatic dependent launch of the kernel before it on
-// the stream (compute capability 9.0 on, KL_DEPENDENT_LAUNCH; elsewhere an ordinary launch).
-template <typename... Params, typename... Args>
-inline void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args... args) {
+// Whether Kernel holds wait_for_primary's instruction on the current device: its code is from PTX of compute
+// capability 9.0 or later. An image built for an A100 runs its sm_80 code on an H100: such a kernel could not wait,
+// and is launched in stream order. Asked once per kernel and device.
+template <auto Kernel>
+inline bool waits_for_primary() {
+  static int cached[64] = {};  // per device: 0 not asked yet, 1 yes, 2 no
+  int device = 0;
+  cudaGetDevice(&device);
+  if (device >= 64) device = 63;
+  if (cached[device] == 0) {
+    cudaFuncAttributes attributes = {};
+    const bool waits = compute_major() >= 9 && cudaFuncGetAttributes(&attributes, Kernel) == cudaSuccess &&
+                       attributes.ptxVersion >= 90;
+    cached[device] = waits ? 1 : 2;
+  }
+  return cached[device] == 1;
+}
+
+// Launches Kernel<<<grid, block, 0, stream>>>(args...) as a programmatic dependent launch of the kernel before it on
+// the stream where it can wait for that one (KL_DEPENDENT_LAUNCH, waits_for_primary); elsewhere an ordinary launch.
+template <auto Kernel, typename... Args>
+inline void launch_dependent(dim3 grid, dim3 block, cudaStream_t stream, Args... args) {
 #if !KL_DEPENDENT_LAUNCH
-  kernel<<<grid, block, 0, stream>>>(args...);
+  Kernel<<<grid, block, 0, stream>>>(args...);
 #else
   cudaLaunchAttribute early = {};
   early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -715,8 +733,8 @@ inline void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, c
   config.blockDim = block;
   config.stream = stream;
   config.attrs = &early;
-  config.numAttrs = compute_major() >= 9 ? 1 : 0;
-  cudaLaunchKernelEx(&config, kernel, args...);
+  config.numAttrs = waits_for_primary<Kernel>() ? 1 : 0;
+  cudaLaunchKernelEx(&config, Kernel, args...);
 #endif
 }
 
@@ -850,11 +868,11 @@ void launch_column_sums(const float* partial, int parts, int cols, T* out0, T* o
                         cudaStream_t stream) {
   const unsigned y = static_cast<unsigned>(outputs);
   if (parts <= 32) {
-    launch_dependent(column_sums_serial<T>, dim3(static_cast<unsigned>((cols + 255) / 256), y), dim3(256), stream,
-                     partial, parts, cols, out0, out1);
+    launch_dependent<column_sums_serial<T>>(dim3(static_cast<unsigned>((cols + 255) / 256), y), dim3(256), stream,
+                                            partial, parts, cols, out0, out1);
   } else {
-    launch_dependent(column_sums<T>, dim3(static_cast<unsigned>((cols + 31) / 32), y), dim3(1024), stream, partial,
-                     parts, cols, out0, out1);
+    launch_dependent<column_sums<T>>(dim3(static_cast<unsigned>((cols + 31) / 32), y), dim3(1024), stream, partial,
+                                     parts, cols, out0, out1);
   }
 }
 
@@ -866,8 +884,8 @@ void launch_weight_grads(bool stats, const T* dy, const T* x, const float* ws, i
                          T* dw, T* db, cudaStream_t stream) {
   const int n = static_cast<int>(cols);
   if (stats) {
-    launch_dependent(weight_grads<T>, dim3(static_cast<unsigned>((n + 255) / 256)), dim3(256), stream, dy, x,
-                     reinterpret_cast<const float2*>(ws), static_cast<int>(rows), n, dw, db);
+    launch_dependent<weight_grads<T>>(dim3(static_cast<unsigned>((n + 255) / 256)), dim3(256), stream, dy, x,
+                                      reinterpret_cast<const float2*>(ws), static_cast<int>(rows), n, dw, db);
   } else {
     launch_column_sums<T>(ws, parts, n, dw, db != nullptr ? db : dw, db != nullptr ? 2 : 1, stream);
   }
