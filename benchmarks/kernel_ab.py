@@ -84,7 +84,9 @@ for shape, dtype in cases:
     if start is not None:
         spans.append(end - start)
     print(json.dumps({"shape": shape, "dtype": dtype, "us": sum(kernels.values()), "kernels": kernels,
-                      "span_us": sum(spans) / len(spans) if spans else None, "max_error": error}), flush=True)
+                      # one span a call, or none (an op's own fill or memset between its kernels splits a call)
+                      "span_us": sum(spans) / len(spans) if len(spans) == calls else None, "max_error": error}),
+          flush=True)
 """
 
 

@@ -701,8 +701,8 @@ __device__ __forceinline__ void wait_for_primary() {
 }
 
 // Whether Kernel holds wait_for_primary's instruction on the current device: its code is from PTX of compute
-// capability 9.0 or later. An image built for an A100 runs its sm_80 code on an H100: such a kernel could not wait,
-// and is launched in stream order. Asked once per kernel and device.
+// capability 9.0 or later. An image built for an A100 (8.0+PTX) runs its compute_80 PTX, compiled at load time, on an
+// H100: such a kernel could not wait, and is launched in stream order. Asked once per kernel and device.
 template <auto Kernel>
 inline bool waits_for_primary() {
   static int cached[64] = {};  // per device: 0 not asked yet, 1 yes, 2 no
