@@ -7,9 +7,10 @@ after an edit, before a full bench: which kernels got faster, at which shapes, b
 `--base` is a git revision (its kernels/ taken with `git archive`) or a folder holding a kernels/ tree; the other
 side is this checkout's kernels/. Each side is built and timed in a process of its own (both build at once), and
 each (shape, dtype) is timed with torch.profiler: the L2 flushed before every call, the kernels' device time
-summed per call (launch overhead is not in it), `--calls` calls; for an op of several kernels also each call's span,
-its first kernel's start to its last one's end (the gaps between them in, overlaps counted once). Each side's result is checked against the
-reference first (forward: the output; backward: every gradient), and its largest error printed beside its time.
+summed per call (launch overhead is not in it), `--calls` calls; for an op of several kernels also each call's
+span, its first kernel's start to its last one's end (the gaps between them in, overlaps counted once). Each side's
+result is checked against the reference first (forward: the output; backward: every gradient), and its largest error
+printed beside its time.
 The shapes default to the op's bench_shapes, the dtypes to its bench_dtypes. Needs a GPU.
 """
 from __future__ import annotations

@@ -37,25 +37,31 @@ constexpr int kPack16 = 16 / sizeof(T);  // elements per 16-byte access
 
 inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// Multiprocessor count of the current device, cached: the attribute query costs microseconds.
-inline int sm_count() {
-  static int cached[64] = {};
+// The current device, as an index into the per-device caches below (64 slots; devices past them share the last).
+inline int cache_slot() {
   int device = 0;
   cudaGetDevice(&device);
-  if (device >= 64) device = 63;
-  if (cached[device] == 0) cudaDeviceGetAttribute(&cached[device], cudaDevAttrMultiProcessorCount, device);
-  return cached[device];
+  return device < 64 ? device : 63;
 }
 
-// Compute capability's major number of the current device, cached as sm_count is (9 for Hopper).
-inline int compute_major() {
+// An attribute of the current device, cached per device: the query costs microseconds.
+template <cudaDeviceAttr A>
+inline int device_attribute() {
   static int cached[64] = {};
-  int device = 0;
-  cudaGetDevice(&device);
-  if (device >= 64) device = 63;
-  if (cached[device] == 0) cudaDeviceGetAttribute(&cached[device], cudaDevAttrComputeCapabilityMajor, device);
-  return cached[device];
+  const int slot = cache_slot();
+  if (cached[slot] == 0) {
+    int device = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&cached[slot], A, device);
+  }
+  return cached[slot];
 }
+
+// Multiprocessor count of the current device.
+inline int sm_count() { return device_attribute<cudaDevAttrMultiProcessorCount>(); }
+
+// Compute capability's major number of the current device (9 for Hopper).
+inline int compute_major() { return device_attribute<cudaDevAttrComputeCapabilityMajor>(); }
 
 // Reductions over a row's group of threads (a warp or less up to a whole block), of a float or of several
 // statistics at once (a mean/variance, a max/sum pair): kl::group_combine in rowwise.cuh.

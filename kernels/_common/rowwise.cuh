@@ -705,17 +705,15 @@ __device__ __forceinline__ void wait_for_primary() {
 // H100: such a kernel could not wait, and is launched in stream order. Asked once per kernel and device.
 template <auto Kernel>
 inline bool waits_for_primary() {
-  static int cached[64] = {};  // per device: 0 not asked yet, 1 yes, 2 no
-  int device = 0;
-  cudaGetDevice(&device);
-  if (device >= 64) device = 63;
-  if (cached[device] == 0) {
+  static int cached[64] = {};  // per device (cache_slot): 0 not asked yet, 1 yes, 2 no
+  const int slot = cache_slot();
+  if (cached[slot] == 0) {
     cudaFuncAttributes attributes = {};
     const bool waits = compute_major() >= 9 && cudaFuncGetAttributes(&attributes, Kernel) == cudaSuccess &&
                        attributes.ptxVersion >= 90;
-    cached[device] = waits ? 1 : 2;
+    cached[slot] = waits ? 1 : 2;
   }
-  return cached[device] == 1;
+  return cached[slot] == 1;
 }
 
 // Launches Kernel<<<grid, block, 0, stream>>>(args...) as a programmatic dependent launch of the kernel before it on
