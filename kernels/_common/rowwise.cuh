@@ -307,6 +307,12 @@ struct RowPrefetched {
   __device__ __forceinline__ P at(int k, int) const { return load_pack(in + k); }
 };
 
+// The weight (a row-long vector) as a norm's backward reads it. A thread takes the same columns in every row of its
+// grid-stride loop, so where it holds 8 elements or fewer the weight's packs are loaded once, before the loop, and kept
+// in registers (at 16, layernorm's <__nv_bfloat16, 8, 2> spilled 92 -> 164 bytes); else loaded where used, each row.
+template <typename T, int N, int PER>
+using BackwardWeight = RowPacks<Pack<T, N>, (N * PER <= 8 ? PER : 0)>;
+
 // grad_out's row of a norm's backward as G holds it (RowPacks or RowPrefetched, by backward_prefetches_grad).
 template <typename G, typename P>
 __device__ __forceinline__ G make_grad_row(const P* row, int packs, const RowThread& t, bool valid) {
@@ -416,11 +422,49 @@ __device__ __forceinline__ float2 group_sum2(float2 v, int group) {
   return group_combine(v, group, [](float2 a, float2 b) { return make_float2(a.x + b.x, a.y + b.y); });
 }
 
-// The sums of (x, y, z, w) over a row's group.
+// A warp's sums of four values, reduce-scatter: each butterfly step sends half of what a lane holds (6 shuffles where
+// group_combine's butterfly takes 20). Lane l ends with the warp's total of one value: x in lanes 0-7, y in 8-15, z in
+// 16-23, w in 24-31.
+__device__ __forceinline__ float warp_scatter_sum4(float4 v, int lane) {
+  const bool high = lane & 16, odd = lane & 8;
+  float a = high ? v.z : v.x, b = high ? v.w : v.y;
+  a += shfl_xor(high ? v.x : v.z, 16);
+  b += shfl_xor(high ? v.y : v.w, 16);
+  float k = odd ? b : a;
+  k += shfl_xor(odd ? a : b, 8);
+  k += shfl_xor(k, 4);
+  k += shfl_xor(k, 2);
+  return k + shfl_xor(k, 1);
+}
+
+// The four totals warp_scatter_sum4 left spread over the warp, in every lane.
+__device__ __forceinline__ float4 warp_gather4(float k) {
+  return make_float4(__shfl_sync(0xffffffffu, k, 0), __shfl_sync(0xffffffffu, k, 8), __shfl_sync(0xffffffffu, k, 16),
+                     __shfl_sync(0xffffffffu, k, 24));
+}
+
+// The sums of (x, y, z, w) over a row's group. Groups of whole warps reduce-scatter (warp_scatter_sum4): each warp's
+// four totals stored by four lanes, then every warp reduces its row's warps' totals the same way (lane i taking warp
+// i's, zeros past the row's warps) and gathers them. layernorm's backward reduces four sums a row; at 8 elements a
+// thread (rows of 4096 over 512 threads) group_combine's 36 shuffles and as many adds were a third of the loop's
+// instructions, and this takes 16. Kernel spans, H200, with the weight loaded once and the next row's L2 prefetch
+// (layernorm_backward.cu): 4096x4096 float16 46.3 -> 41.1 us, bfloat16 49.6 -> 44.7; alone -2.0% and -3.7%; 8192x5120
+// float16 -2.4%, 16384x1024 bfloat16 -4.2%. rmsnorm's two sums (group_sum2) gained nothing from it (-1.7% to +1.4%).
 __device__ __forceinline__ float4 group_sum4(float4 v, int group) {
-  return group_combine(v, group, [](float4 a, float4 b) {
-    return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
-  });
+  if (group < 32) {
+    return group_combine(v, group, [](float4 a, float4 b) {
+      return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+    });
+  }
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = group / 32;
+  const float k = warp_scatter_sum4(v, lane);
+  if (group == 32) return warp_gather4(k);
+  __shared__ float4 partial[kRowMaxThreads / 32];
+  __syncthreads();  // a previous call's readers are done with `partial`
+  if (lane % 8 == 0) reinterpret_cast<float*>(partial + warp)[lane / 8] = k;
+  __syncthreads();
+  const float4 mine = lane < warps ? partial[warp - warp % warps + lane] : make_float4(0.f, 0.f, 0.f, 0.f);
+  return warp_gather4(warp_scatter_sum4(mine, lane));
 }
 
 // The plan of a norm's backward: at most 16 elements of each of x and grad_out per thread (32 for rows
@@ -542,10 +586,12 @@ enum class Sums {
 // elements a thread, where one block of 512 fills an SM and nothing else hides a row's load behind another's
 // reduction (8192x5120 on the H200: layernorm 161.0 -> 131.6 us, rmsnorm 148.2 -> 125.1 us). Not at 32 elements
 // (the addresses cost registers: rmsnorm's <float, 4, 8> spilled 152 bytes, 2048x14336 108 -> 155 us), nor for 2-byte
-// types, whose two blocks per SM overlap already (no gain, and more spills).
+// types at 16 elements (<8, 2>: no gain, and more spills). 2-byte types at 8 (<8, 1>: layernorm's rows of 4096 over
+// 512 threads, kl::plan_layernorm_backward) gained: 4096x4096 float16 46.3 -> 43.3 us, bfloat16 49.6 -> 47.5 (spans,
+// H200; no spill).
 template <int N, int PER>
 __host__ __device__ constexpr bool backward_prefetches_next() {
-  return N == 4 && PER == 4;
+  return (N == 4 && PER == 4) || (N == 8 && PER == 1);
 }
 
 // The row a thread of a norm's backward takes next in its grid-stride loop (`next`, maybe past the end), x's and

@@ -44,6 +44,7 @@ __global__ void __launch_bounds__(three_blocks<N, PER, S>() ? kl::kRowBlockThrea
   float* part_b = partial + (int64_t(gridDim.x) + blockIdx.x) * cols;
   const P* pw = reinterpret_cast<const P*>(w);
   kl::ColumnSums<N, PER, S, 4> sum_w(shared, packs, lane, group), sum_b(shared + cols, packs, lane, group);
+  const kl::BackwardWeight<T, N, PER> wr(pw, packs, kl::RowThread{0, lane, group}, true);
   // Every thread of the block takes the same number of turns (the reductions synchronise the block).
   for (int64_t base = int64_t(blockIdx.x) * rows_per_block; base < rows; base += int64_t(gridDim.x) * rows_per_block) {
     const int64_t row = base + local;
@@ -59,7 +60,7 @@ __global__ void __launch_bounds__(three_blocks<N, PER, S>() ? kl::kRowBlockThrea
     const float x0 = valid ? kl::to_float(x[offset]) : 0.f;  // the shift
     float4 s = {0.f, 0.f, 0.f, 0.f};  // sums of d, d^2, gw, gw * d
     xr.for_each([&](const P& p, int k, int i) {
-      const P g = gr.at(k, i), wk = kl::load_pack(pw + k);
+      const P g = gr.at(k, i), wk = wr.at(k, i);
 #pragma unroll
       for (int j = 0; j < N; ++j) {
         const float d = kl::to_float(p.v[j]) - x0, gw = kl::to_float(g.v[j]) * kl::to_float(wk.v[j]);
@@ -76,7 +77,7 @@ __global__ void __launch_bounds__(three_blocks<N, PER, S>() ? kl::kRowBlockThrea
     if (S == kl::Sums::kStats && valid && lane == 0) reinterpret_cast<float2*>(partial)[row] = make_float2(mean, rstd);
     P* out = reinterpret_cast<P*>(dx + offset);
     xr.for_each([&](const P& p, int k, int i) {
-      const P g = gr.at(k, i), wk = kl::load_pack(pw + k);
+      const P g = gr.at(k, i), wk = wr.at(k, i);
       float gx[N], gf[N];
       P o;
 #pragma unroll

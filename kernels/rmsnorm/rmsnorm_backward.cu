@@ -27,6 +27,7 @@ __global__ void __launch_bounds__(kl::backward_block_limit<N, PER>(), kl::backwa
   float* part_w = partial + int64_t(blockIdx.x) * cols;
   const P* pw = reinterpret_cast<const P*>(w);
   kl::ColumnSums<N, PER, S, 2> sum_w(shared, packs, lane, group);
+  const kl::BackwardWeight<T, N, PER> wr(pw, packs, kl::RowThread{0, lane, group}, true);
   // Every thread of the block takes the same number of turns (the reductions synchronise the block).
   for (int64_t base = int64_t(blockIdx.x) * rows_per_block; base < rows; base += int64_t(gridDim.x) * rows_per_block) {
     const int64_t row = base + local;
@@ -41,7 +42,7 @@ __global__ void __launch_bounds__(kl::backward_block_limit<N, PER>(), kl::backwa
     kl::prefetch_next_row<N, PER, S, P>(x, dy, row + int64_t(gridDim.x) * rows_per_block, rows, cols, packs, t);
     float2 s = {0.f, 0.f};  // sums of x^2 and gw * x
     xr.for_each([&](const P& p, int k, int i) {
-      const P g = gr.at(k, i), wk = kl::load_pack(pw + k);
+      const P g = gr.at(k, i), wk = wr.at(k, i);
 #pragma unroll
       for (int j = 0; j < N; ++j) {
         const float v = kl::to_float(p.v[j]);
@@ -55,7 +56,7 @@ __global__ void __launch_bounds__(kl::backward_block_limit<N, PER>(), kl::backwa
     if (S == kl::Sums::kStats && valid && lane == 0) reinterpret_cast<float2*>(partial)[row] = make_float2(0.f, rstd);
     P* out = reinterpret_cast<P*>(dx + offset);
     xr.for_each([&](const P& p, int k, int i) {
-      const P g = gr.at(k, i), wk = kl::load_pack(pw + k);
+      const P g = gr.at(k, i), wk = wr.at(k, i);
       float gx[N];
       P o;
 #pragma unroll
