@@ -505,6 +505,10 @@ inline RowPlan plan_backward_rows(int64_t rows, int64_t cols, int pack16, bool a
 //   1024 threads of one pack against 512 of two), float16 not: its <8, 2> spills less and lost there (kernel plus
 //   column sums, 1024 / 2048 / 4096 rows of 8192: bfloat16 41.7 -> 36.6 / 69.9 -> 59.7 / 124.4 -> 101.5 us, float16
 //   34.0 -> 35.6 / 53.3 -> 57.6 / 89.1 -> 98.7).
+// bfloat16 rows of 513 to 1023 packs (4104 to 8184 columns), which no power of two of threads holds evenly: one pack a
+// thread over 1024 threads, some idle, rather than <8, 2> over 512 (which spills 92 bytes). Spans, H200, kernel plus
+// column sums: 8192x5120 145.5 -> 126.1 us, 1024x5120 28.1 -> 24.2, 4096x6144 92.2 -> 72.7, 2048x7168 59.1 -> 45.5.
+// float16 not (its <8, 2> spills 52 bytes): 8192x5120 104.2 -> 116.9 us, 4096x6144 +2.7%, 2048x7168 -8.8%.
 // rmsnorm's backward gained nothing from it (16384x1024 float32 54.9 -> 55.1 us) and lost for 2-byte rows (bfloat16
 // 4096x4096 36.9 -> 41.5 us: it does not spill at 16): it keeps plan_backward_rows.
 constexpr int kBackwardEvenGroup = 512;
@@ -515,6 +519,10 @@ inline RowPlan plan_layernorm_backward(int64_t rows, int64_t cols, bool aligned,
   if (sizeof(T) == 4 || (p.per_thread > 1 && p.rows_per_block == 1 && !p.few)) {
     const int group = std::is_same_v<T, __nv_bfloat16> ? kRowMaxThreads : kBackwardEvenGroup;
     if (const auto e = plan_even_rows(rows, cols, kPack16<T>, aligned, sms, kNormEvenElems, group)) return *e;
+    if (std::is_same_v<T, __nv_bfloat16> && p.per_thread == 2 && p.group == kRowMaxThreads / 2) {
+      const RowPlan one = plan_rows(rows, cols, kPack16<T>, aligned, sms, kNormEvenElems);
+      if (one.per_thread == 1 && one.group == kRowMaxThreads) return one;
+    }
   }
   return p;
 }
