@@ -308,10 +308,12 @@ struct RowPrefetched {
 };
 
 // The weight (a row-long vector) as a norm's backward reads it. A thread takes the same columns in every row of its
-// grid-stride loop, so where it holds 8 elements or fewer the weight's packs are loaded once, before the loop, and kept
-// in registers (at 16, layernorm's <__nv_bfloat16, 8, 2> spilled 92 -> 164 bytes); else loaded where used, each row.
+// grid-stride loop, so where it holds 8 elements or fewer in 16-byte packs the weight's packs are loaded once, before
+// the loop, and kept in registers; else loaded where used, each row. At 16 elements layernorm's <__nv_bfloat16, 8, 2>
+// spilled 92 -> 164 bytes; in unaligned rows (1-element packs) its <1, 8> 16 -> 64. At 8, layernorm's
+// <__nv_bfloat16, 8, 1> spills 20 bytes with it and was faster all the same (4096x4096: 49.6 -> 48.5 us alone).
 template <typename T, int N, int PER>
-using BackwardWeight = RowPacks<Pack<T, N>, (N * PER <= 8 ? PER : 0)>;
+using BackwardWeight = RowPacks<Pack<T, N>, (N > 1 && N * PER <= 8 ? PER : 0)>;
 
 // grad_out's row of a norm's backward as G holds it (RowPacks or RowPrefetched, by backward_prefetches_grad).
 template <typename G, typename P>
@@ -596,7 +598,7 @@ enum class Sums {
 // (the addresses cost registers: rmsnorm's <float, 4, 8> spilled 152 bytes, 2048x14336 108 -> 155 us), nor for 2-byte
 // types at 16 elements (<8, 2>: no gain, and more spills). 2-byte types at 8 (<8, 1>: layernorm's rows of 4096 over
 // 512 threads, kl::plan_layernorm_backward) gained: 4096x4096 float16 46.3 -> 43.3 us, bfloat16 49.6 -> 47.5 (spans,
-// H200; no spill).
+// H200, the prefetch alone: no spill).
 template <int N, int PER>
 __host__ __device__ constexpr bool backward_prefetches_next() {
   return (N == 4 && PER == 4) || (N == 8 && PER == 1);
