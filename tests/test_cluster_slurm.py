@@ -180,10 +180,12 @@ def test_failed_and_timed_out_tasks_are_reported_others_kept_and_resume_reruns_o
     flag = tmp_path / "break"
     flag.touch()
     script = (f'if [ -e {flag} ]; then case "$KERNELLAB_GPU_TYPE/$KERNELLAB_TASK" in '
-              'a100/1) echo "boom: the kernel diverged" >&2; exit 3;; h100/2) sleep 600;; esac; fi; '
+              'a100/1) echo "boom: the kernel diverged" >&2; exit 3;; h100/2) sleep 600; exit 4;; esac; fi; '
               'echo "$KERNELLAB_GPU_TYPE $KERNELLAB_TASK" > "$KERNELLAB_RESULTS/out.txt"')
     # 2 minutes: the tasks that should end in seconds do so with room even beside CI's image builds (one overran
-    # a 1-minute limit there once); the one that sleeps is stopped at the limit.
+    # a 1-minute limit there once); the one that sleeps is stopped at the limit. `exit 4` after its sleep: the test
+    # Slurm tracks a task's processes by parentage (proctrack/linuxproc), and once a shell outlived the sleep that
+    # Slurm stopped and wrote its out.txt after the task was reported timed out (CI, 2026-11-29).
     prof = profile(shared, "none", time_limit="2", name="short")
     r = invoke("submit", "--cluster", str(prof), "--tasks", "3", "--", script)
     out = r.stdout + r.stderr
