@@ -144,3 +144,38 @@ def test_softmax_of_masked_rows(op: library.OpSpec, rows: int, cols: int, dtype:
         got = fn(x)
         assert torch.equal(got.isnan(), expected.isnan()), f"{label}: NaN where PyTorch has none, or none where it has"
         torch.testing.assert_close(got, expected, atol=atol, rtol=rtol, equal_nan=True)
+
+
+def _forward_then_backward_cases():
+    for op in OPS:
+        if op.needs_gpu and op.backward:
+            for rows, cols in [(4, 8192), (4096, 4096), (1000, 1026)]:
+                for dtype in op.bench_dtypes:
+                    yield pytest.param(op, rows, cols, dtype, marks=pytest.mark.gpu,
+                                       id=f"{op.name}-rows{rows},cols{cols}-{dtype}")
+
+
+@pytest.mark.parametrize("op, rows, cols, dtype", list(_forward_then_backward_cases()))
+def test_a_backward_launched_right_after_its_forward_reads_what_the_forward_wrote(
+        op: library.OpSpec, rows: int, cols: int, dtype: str) -> None:
+    """A training step launches the backward as soon as autograd reaches it, and softmax's may start while its
+    forward still runs (a programmatic dependent launch: kl::launch_dependent) and must wait there for y. Here the
+    forward's output is filled with NaN, then the forward and at once the backward reading it are launched with no
+    synchronisation between, ten times over (a handful of rows, whose backward starts on free SMs; a grid of many
+    waves; unaligned rows): every time the gradients must be the reference's."""
+    module = _loaded(op)
+    label = next(label for label in op.backward.candidates if label in module.backwards)
+    shape = {"rows": rows, "cols": cols}
+    inputs = module.make_inputs(shape, dtype, "cuda", 0)
+    grad_out = module.make_grad_out(module.candidates[label](*inputs), 0)
+    wanted = module.reference_grads(inputs, grad_out)
+    atol, rtol = op.backward.tolerances[dtype]
+    for turn in range(10):
+        out = torch.full_like(grad_out, float("nan"))
+        grads = [torch.full_like(w, float("nan")) for w in wanted]
+        module.candidates[label](*inputs, out=out)
+        module.backwards[label](grad_out, *inputs, out=out, grads=grads)
+        torch.cuda.synchronize()
+        for i, (got, want) in enumerate(zip(grads, wanted)):
+            failure = checks.first_mismatch(got, want, atol=atol, rtol=rtol)
+            assert failure is None, f"{label}, turn {turn}, gradient {i}: {failure}"

@@ -36,6 +36,7 @@ template <typename T, int N, int PER, bool FEW>
 __global__ void __launch_bounds__(kl::row_block_limit<N, PER>())
     layernorm_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
                      int64_t rows, int64_t cols, float eps, int shift) {
+  kl::launch_dependents();  // a backward may start early, and waits for this kernel's results (kl::launch_dependent)
   using P = kl::Pack<T, N>;
   const kl::RowThread t = kl::row_thread(shift);
   const bool valid = t.row < rows;

@@ -18,7 +18,8 @@ __global__ void __launch_bounds__(kl::backward_block_limit<N, PER>(), kl::backwa
                               T* __restrict__ dx, float* __restrict__ partial, int64_t rows, int64_t cols, float eps,
                               int shift) {
   extern __shared__ __align__(16) float shared[];  // float4 rows (ColumnSums)
-  kl::launch_dependents();  // the weight's gradient kernel may start (kl::launch_dependent)
+  kl::wait_for_primary();   // launched early (kl::launch_dependent): dy may be the result of the kernel before
+  kl::launch_dependents();  // the weight's gradient kernel may start, once every block has waited
   using P = kl::Pack<T, N>;
   const int rows_per_block = blockDim.x >> shift, group = 1 << shift;
   const int lane = threadIdx.x & (group - 1), local = threadIdx.x >> shift;
@@ -100,14 +101,19 @@ cudaError_t launch(const T* dy, const T* x, const T* w, T* dx, T* dw, float* ws,
   const bool stats = kl::backward_uses_stats(p, rows);
   int grid = 0;
   auto go = [&](auto kernel, size_t smem) {
-    grid = kl::backward_grid(kernel, p, smem, sms);
-    if (p.per_thread == 0) cudaMemsetAsync(ws, 0, grid * cols * sizeof(float), stream);
-    kernel<<<grid, p.threads(), smem, stream>>>(dy, x, w, dx, ws, rows, cols, eps, p.shift);
+    constexpr auto k = decltype(kernel)::value;
+    grid = kl::backward_grid(k, p, smem, sms);
+    if (p.per_thread == 0) {  // streamed rows add into a zeroed workspace: after the memset, an ordinary launch
+      cudaMemsetAsync(ws, 0, grid * cols * sizeof(float), stream);
+      k<<<grid, p.threads(), smem, stream>>>(dy, x, w, dx, ws, rows, cols, eps, p.shift);
+    } else {
+      kl::launch_dependent<k>(dim3(grid), dim3(p.threads()), smem, stream, dy, x, w, dx, ws, rows, cols, eps, p.shift);
+    }
   };
   kl::dispatch_backward<T>(p, stats, [&](auto n, auto per, auto sums) {
     constexpr int N = decltype(n)::value, PER = decltype(per)::value;
     constexpr kl::Sums S = decltype(sums)::value;
-    go(rmsnorm_backward_kernel<T, N, PER, S>, kl::backward_shared_bytes<N, PER, S, 2>(p, cols, 1));
+    go(kl::Kernel<&rmsnorm_backward_kernel<T, N, PER, S>>{}, kl::backward_shared_bytes<N, PER, S, 2>(p, cols, 1));
   });
   kl::launch_weight_grads<T>(stats, dy, x, ws, grid, rows, cols, dw, nullptr, stream);
   return cudaGetLastError();

@@ -143,6 +143,7 @@ constexpr int min_blocks() {
 template <typename T, int N, int PER>
 __global__ void __launch_bounds__(kl::row_block_limit<N, PER>(), min_blocks<T, N, PER>())
     softmax_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t cols, int shift) {
+  kl::launch_dependents();  // the backward may start, and waits for y (softmax_backward.cu)
   using P = kl::Pack<T, N>;
   const kl::RowThread t = kl::row_thread(shift);
   const bool valid = t.row < rows;

@@ -1,6 +1,10 @@
 // Softmax's backward from its output y: grad_x = y * (grad_out - sum(grad_out * y)) per row. The forward's
 // layout (kernels/_common/rowwise.cuh): a group of threads per row, y and grad_out held in registers (read
-// once), one reduction, each gradient written once.
+// once), one reduction, each gradient written once. Launched as a programmatic dependent launch of the kernel before
+// it (kl::launch_dependent): where that is the forward (a training step's softmax, then its backward with nothing
+// between, as in the bench's full pass), which lets dependents start at once, the backward's blocks are on their SMs
+// when it ends and wait there (kl::wait_for_primary) before reading anything: y is the forward's result, and
+// grad_out may be the result of whatever kernel came before.
 #include "kernellab.cuh"
 #include "rowwise.cuh"
 #include "softmax.h"
@@ -11,6 +15,7 @@ template <typename T, int N, int PER>
 __global__ void __launch_bounds__(kl::backward_block_limit<N, PER>())
     softmax_backward_kernel(const T* __restrict__ dy, const T* __restrict__ y, T* __restrict__ dx, int64_t rows,
                             int64_t cols, int shift) {
+  kl::wait_for_primary();
   using P = kl::Pack<T, N>;
   const kl::RowThread t = kl::row_thread(shift);
   const bool valid = t.row < rows;
@@ -40,16 +45,17 @@ cudaError_t launch(const T* dy, const T* y, T* dx, int64_t rows, int64_t cols, c
   if (rows == 0 || cols == 0) return cudaSuccess;
   const bool aligned = kl::aligned16(dy) && kl::aligned16(y) && kl::aligned16(dx);
   const kl::RowPlan p = kl::plan_backward_rows(rows, cols, kl::kPack16<T>, aligned, kl::sm_count(), false);
-  const dim3 grid(static_cast<unsigned>(p.blocks));
+  const dim3 grid(static_cast<unsigned>(p.blocks)), block(static_cast<unsigned>(p.threads()));
   if (p.pack == 1) {
     kl::dispatch_per_thread(p.per_thread, [&](auto per) {
-      softmax_backward_kernel<T, 1, decltype(per)::value><<<grid, p.threads(), 0, stream>>>(dy, y, dx, rows, cols,
-                                                                                            p.shift);
+      kl::launch_dependent<softmax_backward_kernel<T, 1, decltype(per)::value>>(grid, block, 0, stream, dy, y, dx,
+                                                                                 rows, cols, p.shift);
     });
   } else {
     kl::dispatch_per_thread<32 / kl::kPack16<T>>(p.per_thread, [&](auto per) {
-      softmax_backward_kernel<T, kl::kPack16<T>, decltype(per)::value>
-          <<<grid, p.threads(), 0, stream>>>(dy, y, dx, rows, cols, p.shift);
+      kl::launch_dependent<softmax_backward_kernel<T, kl::kPack16<T>, decltype(per)::value>>(grid, block, 0, stream,
+                                                                                              dy, y, dx, rows, cols,
+                                                                                              p.shift);
     });
   }
   return cudaGetLastError();
