@@ -735,15 +735,16 @@ inline size_t backward_shared_bytes(const RowPlan& p, int64_t cols, int count) {
 // - A norm's backward is two kernels: the backward kernel, then the weight's gradient summed over rows (weight_grads
 //   or column_sums), which waits for the backward kernel's partial rows or statistics; weight_grads reads x and
 //   grad_out (not results of the backward kernel) before it waits.
-// - A training step's forward then its backward (the bench's full pass): the forwards say so as they start, and the
-//   backward kernels (softmax's, the norms') wait before reading anything, grad_out included: it may be the result of
-//   whatever kernel ran before. The norms' backward kernels say so only after that wait, so that weight_grads's early
-//   reads come after it too.
-// For a handful of rows (4 of 132 SMs busy) each wait had been a launch gap. Spans of the full pass, H200 (forward and
-// backward launched back to back): softmax 4x8192 float16 6.74 -> 4.59 us, layernorm 8.19 from 11.29, rmsnorm float32
-// 9.11 from 10.68; 4096x4096 -2% to -5%. Built with CUDA 12.3 and later only (KL_DEPENDENT_LAUNCH): a CUDA graph
-// records such a launch as a programmatic edge from 12.3 on (edge data), and older toolkits (the matrix reaches back
-// to 11.x) build the launches in stream order.
+// - A training step's forward then its backward (the bench's full pass): the backward kernels (softmax's, the norms')
+//   wait before reading anything, grad_out included: it may be the result of whatever kernel ran before. softmax's
+//   and rmsnorm's forwards say so as they start, layernorm's as its blocks exit (layernorm.cu says why). The norms'
+//   backward kernels say so only after their wait, so that weight_grads's early reads come after it too.
+// For a handful of rows (4 of 132 SMs busy) each wait had been a launch gap. Full passes, H200: softmax's bench
+// medians at 4x8192 9.47 -> 8.06 us (float32) and 8.99 -> 7.78 (float16), from 0.96x and 0.93x of Liger-Kernel's to
+// 1.13x and 1.09x, 16384x1024 to 4096x4096 -2% to -4%; spans (forward and backward launched back to back) of layernorm
+// at 4x8192 -13% to -15%, at 4096x4096 -2% to -3%. Built with CUDA 12.3 and later only (KL_DEPENDENT_LAUNCH): a CUDA
+// graph records such a launch as a programmatic edge from 12.3 on (edge data), and older toolkits (the matrix reaches
+// back to 11.x) build the launches in stream order.
 #if defined(CUDART_VERSION) && CUDART_VERSION >= 12030
 #define KL_DEPENDENT_LAUNCH 1
 #else
