@@ -154,3 +154,37 @@ def test_a_tiny_case_measured_several_times_is_judged_by_what_moved_between_them
     # A change well past that spread is still a regression.
     worse = compare.compare(run_doc("old", [old_row]), run_doc("new", [row("softmax", "kernellab", 0.0036, seed=2)]))
     assert _one(worse, "kernellab")["verdict"] == "slower"
+
+
+def _sources(**files: str) -> dict[str, Any]:
+    """results.json's `sources` entry of one op: its files by path and content hash, and the digest over them."""
+    return {"sha256": "".join(sorted(files.values()))[:64].ljust(64, "0"), "files": files}
+
+
+def test_the_report_says_which_kernel_files_changed_between_the_runs() -> None:
+    """A rerun after an edit: the report names the files each op compiled differently, the ops whose code is the
+    same, and an old run from before kernellab recorded sources. The verdicts stay the timings' own."""
+    rows = [row("softmax", "kernellab", 0.1), row("layernorm", "kernellab", 0.3), row("rmsnorm", "kernellab", 0.2)]
+    old = run_doc("before", rows)
+    old["sources"] = {"softmax": _sources(**{"softmax/softmax.cu": "a1", "_common/rowwise.cuh": "b1"}),
+                      "layernorm": _sources(**{"layernorm/layernorm.cu": "c1", "_common/rowwise.cuh": "b1"})}
+    new = run_doc("after", [dict(r, samples_ms=list(r["samples_ms"])) for r in rows])
+    new["sources"] = {"softmax": _sources(**{"softmax/softmax.cu": "a1", "_common/rowwise.cuh": "b2"}),
+                      "layernorm": _sources(**{"layernorm/layernorm.cu": "c1", "_common/rowwise.cuh": "b1"}),
+                      "rmsnorm": _sources(**{"rmsnorm/rmsnorm.cu": "d1"})}
+    report = compare.compare(old, new)
+    assert report.sources == [
+        f"layernorm: the same ({new['sources']['layernorm']['sha256'][:12]})",
+        f"rmsnorm: {new['sources']['rmsnorm']['sha256'][:12]}; the old run recorded none",
+        f"softmax: {old['sources']['softmax']['sha256'][:12]} -> {new['sources']['softmax']['sha256'][:12]}, "
+        "1 of 2 files changed: _common/rowwise.cuh",
+    ]
+    text = compare.to_markdown(report)
+    assert "Kernel sources, old -> new (what each op compiled):\n- layernorm: the same" in text
+    assert {r["verdict"] for r in report.rows} == {"same"}
+
+
+def test_runs_without_kernel_sources_compare_as_before() -> None:
+    report = compare.compare(run_doc("a", [row("softmax", "kernellab", 0.1)]),
+                             run_doc("b", [row("softmax", "kernellab", 0.1, seed=3)]))
+    assert report.sources == [] and "Kernel sources" not in compare.to_markdown(report)

@@ -126,6 +126,23 @@ def test_a_row_two_parts_measured_is_kept_once_from_its_own_op(tmp_path: Path) -
     assert any("2 rows measured by more than one part" in w for w in doc["warnings"])
 
 
+def test_each_ops_kernel_sources_come_from_its_own_part(tmp_path: Path) -> None:
+    """A task made with `-k` may compile another op too (its kernel code then as that task's checkout had it): the
+    merged run's `sources` names each op's code as the task named after it recorded it, and its summary says so."""
+    run = tmp_path / "sweep"
+    beta = op_doc("beta", "beta", 0.5, 1.0, 50.0, h100())
+    beta["sources"] = {"beta": {"sha256": "b" * 64, "files": {"beta/beta.cu": "1"}}}
+    zeta = run_doc("zeta", [*op_doc("z", "zeta", 0.5, 1.0, 50.0, h100())["rows"]])
+    zeta["sources"] = {"zeta": {"sha256": "c" * 64, "files": {"zeta/zeta.cu": "2"}},
+                       "beta": {"sha256": "d" * 64, "files": {"beta/beta.cu": "3"}}}
+    results.write(run / "h100" / "beta", beta)
+    results.write(run / "h100" / "zeta", zeta)
+    doc = merge.merge_gpu_type(run / "h100")
+    assert {op: s["sha256"][0] for op, s in doc["sources"].items()} == {"beta": "b", "zeta": "c"}
+    summary = (run / "h100" / "summary.md").read_text()
+    assert f"beta {'b' * 12} (1 file), zeta {'c' * 12} (1 file)" in summary
+
+
 def test_run_summary_has_a_column_group_per_gpu_type_with_that_types_figures(tmp_path: Path) -> None:
     run = sweep(tmp_path, "sweep")
     summary = merge.merge_run(run, ["h100", "a100"])

@@ -266,6 +266,30 @@ def test_min_time_sets_the_measured_time_per_function_and_the_summary_says_so(tm
     assert ">= 10 samples and >= 0.2 s" in summary and "or 4.0 s per function" in summary
 
 
+def test_a_run_records_the_kernel_sources_of_each_op_it_built(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """results.json's `sources`: what the catalog says each op compiles (kernellab.ops.library.kernel_sources), read
+    just before the op is built, and the summary's header names each op's digest; an op that fails to build has its
+    sources recorded too (they are what failed)."""
+    monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path / "cache"))
+    clock = bench_fakes.use_fake_clock(monkeypatch)
+    specs = [bench_fakes.FakeSpec("vadd"), bench_fakes.FakeSpec("bad")]
+    catalog = bench_fakes.catalog(specs, {"kernellab": lambda x, y: x + y}, failing=("bad",), clock=clock)
+    asked: list[str] = []
+
+    def kernel_sources(spec: bench_fakes.FakeSpec) -> dict:
+        asked.append(spec.name)
+        return {"sha256": spec.name[0] * 64, "files": {f"{spec.name}/{spec.name}.cu": "1", "_common/row.cuh": "2"}}
+
+    catalog.kernel_sources = kernel_sources
+    doc, folder = runner.run(runner.Options(quick=True, out=tmp_path / "r"), catalog=catalog, log=io.StringIO())
+    assert asked == ["vadd", "bad"]
+    assert doc["sources"]["vadd"]["files"] == {"vadd/vadd.cu": "1", "_common/row.cuh": "2"}
+    assert results.load(folder)["sources"] == doc["sources"]
+    header = (folder / "summary.md").read_text()
+    assert f"- Kernel sources (sha256 of the files each op compiles, listed in results.json): vadd {'v' * 12} " \
+           f"(2 files), bad {'b' * 12} (2 files)" in header
+
+
 def test_min_time_must_be_more_than_zero() -> None:
     assert bench.main(["--min-time", "0", "--out", "/nonexistent"]) == 2
 

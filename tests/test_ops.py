@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -57,6 +58,42 @@ def test_defaults_fill_in(tmp_path: Path) -> None:
     assert spec.tolerances == {"float32": (1e-4, 1e-4), "float16": (1e-3, 1e-3)}
     assert spec.bytes_moved({"n": 1024}, "float16") == 4096
     assert not spec.needs_gpu
+
+
+def _kernels_with_a_shared_header(root: Path) -> library.OpSpec:
+    """kernels/toy (toy.cu including its own toy.h and _common/row.cuh, which includes another shared header)."""
+    folder = make_op(root, files=("toy.cu", "binding.cpp"))
+    (folder / "toy.cu").write_text('#include "row.cuh"\n#include "toy.h"\n#include <cuda_runtime.h>\n__global__ void k() {}\n')
+    (folder / "toy.h").write_text("#pragma once\n")
+    (root / "_common").mkdir()
+    (root / "_common" / "row.cuh").write_text('#include "base.cuh"\n')
+    (root / "_common" / "base.cuh").write_text("// base\n")
+    (spec,) = library.discover(root)
+    return spec
+
+
+def test_kernel_sources_name_every_file_an_op_compiles_by_content(tmp_path: Path) -> None:
+    """A bench result records what each op compiled (results.json's `sources`): the same code in another checkout
+    gives the same digest; an edit to a shared header changes it and shows in the file list."""
+    spec = _kernels_with_a_shared_header(tmp_path / "a" / "kernels")
+    first = library.kernel_sources(spec)
+    assert sorted(first["files"]) == ["_common/base.cuh", "_common/row.cuh", "toy/binding.cpp", "toy/toy.cu",
+                                      "toy/toy.h"]  # torch's and the system's headers are the environment's
+    shutil.copytree(tmp_path / "a", tmp_path / "elsewhere")
+    (copy,) = library.discover(tmp_path / "elsewhere" / "kernels")
+    assert library.kernel_sources(copy) == first
+    (tmp_path / "elsewhere" / "kernels" / "_common" / "base.cuh").write_text("// base, edited\n")
+    edited = library.kernel_sources(copy)
+    assert edited["sha256"] != first["sha256"]
+    assert [f for f in first["files"] if first["files"][f] != edited["files"][f]] == ["_common/base.cuh"]
+
+
+def test_every_shipped_op_has_kernel_sources_under_the_kernels_folder() -> None:
+    for spec in library.discover():
+        files = library.kernel_sources(spec)["files"]
+        assert files and all(not f.startswith("/") for f in files), (spec.name, files)
+        assert all(f.startswith((f"{spec.name}/", "_common/")) for f in files), (spec.name, files)
+        assert "unreadable" not in files.values()
 
 
 def test_folders_without_op_toml_or_starting_with_underscore_are_not_ops(tmp_path: Path) -> None:

@@ -36,6 +36,8 @@ class Report:
     #: The new run's -k, and how many rows of the old run it left out.
     select: str | None = None
     left_out: int = 0
+    #: Per op of the new run, whether it compiled the same kernel code as the old run (source_changes).
+    sources: list[str] = field(default_factory=list)
 
     @property
     def regressions(self) -> list[dict[str, Any]]:
@@ -104,6 +106,7 @@ def compare_plain(old: dict[str, Any], new: dict[str, Any]) -> Report:
                     machine=machine_differences(old["environment"], new["environment"]), select=new.get("select"))
     if old.get("timer") != new.get("timer"):
         report.environment.insert(0, f"timer: {old.get('timer')} -> {new.get('timer')}")
+    report.sources = source_changes(old, new)
     olds = {_key(r): r for r in old["rows"]}
     news = {_key(r): r for r in new["rows"]}
     # A run made with -k has rows for every op it selected (a skipped or failed op still gets rows),
@@ -259,6 +262,25 @@ def _median(row: dict[str, Any] | None) -> float | None:
     return ((row or {}).get("stats") or {}).get("median")
 
 
+def source_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """One line per op of the new run: the same kernel sources as the old run's (results.json's `sources`, by
+    digest), or which files changed; runs made before kernellab recorded them have none to compare."""
+    olds, news = old.get("sources") or {}, new.get("sources") or {}
+    lines = []
+    for op, now in sorted(news.items()):
+        was = olds.get(op)
+        if was is None:
+            lines.append(f"{op}: {now['sha256'][:12]}; the old run recorded none")
+        elif was["sha256"] == now["sha256"]:
+            lines.append(f"{op}: the same ({now['sha256'][:12]})")
+        else:
+            files = sorted(set(was["files"]) | set(now["files"]))
+            changed = [f for f in files if was["files"].get(f) != now["files"].get(f)]
+            lines.append(f"{op}: {was['sha256'][:12]} -> {now['sha256'][:12]}, {len(changed)} of {len(files)} files "
+                         f"changed: {', '.join(changed)}")
+    return lines
+
+
 def to_markdown(report: Report | MergedReport) -> str:
     """A table of every row's verdict; environment differences and regressions first (per GPU type if merged)."""
     if isinstance(report, MergedReport):
@@ -287,6 +309,8 @@ def _body(report: Report) -> list[str]:
                 *[f"- {d}" for d in report.environment], ""]
     if report.relative:
         out += [relative_line(report), ""]
+    if report.sources:
+        out += ["Kernel sources, old -> new (what each op compiled):", *[f"- {line}" for line in report.sources], ""]
     if report.left_out:
         out += [f"Only ops matching -k {report.select!r} were run: {report.left_out} row"
                 f"{'s' if report.left_out != 1 else ''} of other ops in {report.old_run} left out.", ""]

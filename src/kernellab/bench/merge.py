@@ -126,7 +126,19 @@ def combine(name: str, parts: Sequence[Part]) -> dict[str, Any]:
         "warnings": list(dict.fromkeys(merge_warnings + part_warnings)),  # each once, in order
         "merge_warnings": merge_warnings,
         "parts": [_part_entry(op, doc) for op, doc in parts],
+        "sources": _sources(parts),
     }
+
+
+def _sources(parts: Sequence[Part]) -> dict[str, Any]:
+    """Each op's kernel sources (results.json's `sources`), from the part named after it where it has them: a part
+    made with `-k add` may have compiled another op too."""
+    out: dict[str, Any] = {}
+    for op, doc in parts:
+        for name, source in (doc.get("sources") or {}).items():
+            if name not in out or name == op:
+                out[name] = source
+    return out
 
 
 def _part_entry(op: str, doc: dict[str, Any]) -> dict[str, Any]:

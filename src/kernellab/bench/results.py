@@ -264,6 +264,11 @@ def header(doc: dict[str, Any]) -> list[str]:
     commit = (git.get("commit") or "no commit")[:12]
     dirty = {True: ", dirty", False: "", None: ", dirty: unknown"}[git.get("dirty")]
     lines.append(f"- Image: {image}; commit {commit}{dirty}")
+    sources = doc.get("sources") or {}
+    if sources:
+        lines.append("- Kernel sources (sha256 of the files each op compiles, listed in results.json): "
+                     + ", ".join(f"{op} {s['sha256'][:12]} ({len(s['files'])} file{'s' if len(s['files']) != 1 else ''})"
+                                for op, s in sources.items()))
     lock = env.get("clock_lock")
     if lock:
         lines.append(f"- Clocks {'locked' if lock['locked'] else 'not locked'} ({lock['evidence']}); "

@@ -11,7 +11,7 @@ import datetime as dt
 import re
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable
 
@@ -45,6 +45,9 @@ class Context:
     progress: Progress
     max_sm_mhz: float | None = None
     system: systems.System | None = None   # a published system, a baseline beside PyTorch's for the ops it offers
+    #: Per op, what it compiled (the catalog's kernel_sources, read just before the op is built): results.json's
+    #: `sources`, so that a result names its kernel code where the checkout's commit does not.
+    sources: dict[str, Any] = field(default_factory=dict)
 
 
 def run(options: Options, *, catalog: Any = None, log: IO[str] | None = None) -> tuple[dict[str, Any], Path]:
@@ -99,6 +102,7 @@ def run(options: Options, *, catalog: Any = None, log: IO[str] | None = None) ->
             for spec in specs:
                 doc["rows"] += bench_op(spec, catalog, ctx)
         progress.close()
+        doc["sources"] = ctx.sources
         doc["clock_samples"] = clocks.raw(monitor.samples, t0)
     doc["finished"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     doc["warnings"] = _warnings(doc, monitor.errors)
@@ -127,6 +131,9 @@ def bench_op(spec: Any, catalog: Any, ctx: Context) -> list[dict[str, Any]]:
         return [_row(spec, shape, dtype, "all", "-", "skipped", "no CUDA GPU visible to PyTorch")
                 for shape, dtype in cases]
     try:
+        sources = getattr(catalog, "kernel_sources", None)  # a test's catalog of fake ops may have none
+        if sources is not None:
+            ctx.sources[spec.name] = sources(spec)
         t0 = time.perf_counter()
         module = catalog.load(spec)
         load_s = time.perf_counter() - t0

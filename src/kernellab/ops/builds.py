@@ -28,6 +28,15 @@ def common_dir(op: OpSpec) -> Path:
     return beside if beside.is_dir() else COMMON
 
 
+def kernel_sources(op: OpSpec) -> dict[str, Any]:
+    """What the op compiles, by content (extensions.content_digest): `sha256` over `files`, each file (its sources and
+    the headers they include, from its folder and the shared ones) by its path under the kernels folder, e.g.
+    `softmax/softmax.cu` and `_common/rowwise.cuh`. A bench run records it per op, so that a result names the
+    kernel code it timed even where the checkout's commit does not (uncommitted edits, a copied tree)."""
+    digest, files = extensions.content_digest([op.path / s for s in op.sources], [common_dir(op)], op.path.parent)
+    return {"sha256": digest, "files": files}
+
+
 def unbuildable(op: OpSpec) -> str | None:
     """Why `op` has nothing to build ahead of time here, or None when it can be built."""
     import torch

@@ -25,6 +25,7 @@ from .builds import (
     build_all,
     build_table,
     common_dir,
+    kernel_sources,
     main,
     record,
     unbuildable,
@@ -36,8 +37,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COMMON", "DEFAULT_SEEDS", "ITEMSIZE", "KERNELS", "KINDS", "BuildOutcome", "OpModule", "OpSpec",
-    "arch_requirements", "build", "build_all", "build_table", "common_dir", "discover", "load", "main", "parse_spec",
-    "record", "unavailable", "unbuildable",
+    "arch_requirements", "build", "build_all", "build_table", "common_dir", "discover", "kernel_sources", "load", "main",
+    "parse_spec", "record", "unavailable", "unbuildable",
 ]
 
 

@@ -38,7 +38,7 @@ from .builder import Build, build
 from .failures import FAILURE_RECORD
 from .folder import HEADERS_RECORD, build_directory, forget_stale_objects
 from .kernel_library import KERNELS_NINJA, TORCH_KERNELS_NINJA, kernels_ninja
-from .sources import cuda_headers, inputs_fingerprint, reaches_torch
+from .sources import content_digest, cuda_headers, inputs_fingerprint, reaches_torch
 from .toolchain import (
     CUDA_FLAGS,
     CXX_FLAGS,
@@ -56,6 +56,6 @@ from .toolchain import (
 __all__ = [
     "CUDA_FLAGS", "CXX_FLAGS", "FAILURE_RECORD", "GIB_PER_JOB", "HEADERS_RECORD", "KERNELS_NINJA", "PARALLEL_NVCC",
     "SPLIT_COMPILE_THREADS", "TORCH_KERNELS_NINJA", "Build", "arch_list", "build", "build_directory", "cache_root",
-    "cuda_flags", "cuda_headers", "forget_stale_objects", "inputs_fingerprint", "kernels_ninja", "max_jobs",
+    "content_digest", "cuda_flags", "cuda_headers", "forget_stale_objects", "inputs_fingerprint", "kernels_ninja", "max_jobs",
     "nvcc_options", "plain_arch_list", "reaches_torch", "with_arch_specific",
 ]

@@ -45,6 +45,31 @@ def inputs_fingerprint(sources: Sequence[Path], include_dirs: Sequence[Path] = (
     return digest.hexdigest()
 
 
+def content_digest(sources: Sequence[Path], include_dirs: Sequence[Path], base: Path) -> tuple[str, dict[str, str]]:
+    """What `sources` compile, by content alone: each file (the sources, and the headers they include from the
+    including file's folder or the include dirs, transitively) by its path under `base` (its absolute path when it lies
+    elsewhere) with the sha256 of its bytes, and one sha256 over those pairs. Unlike inputs_fingerprint, no compiler
+    and no absolute path: two checkouts holding the same kernel code give the same digest, whatever commit they name.
+    A file that cannot be read is listed as `unreadable`."""
+    root = Path(base).resolve()
+    files: dict[str, str] = {}
+    for line in _included(sources, include_dirs):
+        kind, _, rest = line.partition(" ")
+        if kind == "elsewhere":
+            continue  # torch's and the system's headers: the environment stamp names those versions
+        path, sha = (rest.rpartition(" ")[0], rest.rpartition(" ")[2]) if kind == "file" else (rest, "unreadable")
+        files[_under(Path(path), root)] = sha
+    listing = "".join(f"{name} {sha}\n" for name, sha in sorted(files.items()))
+    return hashlib.sha256(listing.encode()).hexdigest(), dict(sorted(files.items()))
+
+
+def _under(path: Path, root: Path) -> str:
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return str(path)
+
+
 def _included(sources: Sequence[Path], include_dirs: Sequence[Path]) -> Iterator[str]:
     """One line per file that `sources` compile: `file PATH SHA256` for the sources and the headers they
     include from the including file's folder or the include dirs (transitively), `elsewhere <NAME>` for
