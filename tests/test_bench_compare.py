@@ -175,13 +175,23 @@ def test_the_report_says_which_kernel_files_changed_between_the_runs() -> None:
     report = compare.compare(old, new)
     assert report.sources == [
         f"layernorm: the same ({new['sources']['layernorm']['sha256'][:12]})",
-        f"rmsnorm: {new['sources']['rmsnorm']['sha256'][:12]}; the old run recorded none",
+        f"rmsnorm: {new['sources']['rmsnorm']['sha256'][:12]}; the old run did not build it",
         f"softmax: {old['sources']['softmax']['sha256'][:12]} -> {new['sources']['softmax']['sha256'][:12]}, "
         "1 of 2 files changed: _common/rowwise.cuh",
     ]
     text = compare.to_markdown(report)
     assert "Kernel sources, old -> new (what each op compiled):\n- layernorm: the same" in text
     assert {r["verdict"] for r in report.rows} == {"same"}
+
+
+def test_a_file_unreadable_in_either_run_leaves_the_answer_open_and_an_old_run_without_sources_says_so() -> None:
+    rows = [row("softmax", "kernellab", 0.1)]
+    old, new = run_doc("before", rows), run_doc("after", rows)
+    new["sources"] = {"softmax": _sources(**{"softmax/softmax.cu": "a1", "_common/rowwise.cuh": "unreadable"})}
+    assert compare.compare(old, new).sources == [
+        f"softmax: {new['sources']['softmax']['sha256'][:12]}; the old run recorded none (made before kernellab did)"]
+    old["sources"] = new["sources"]
+    assert compare.compare(old, new).sources == ["softmax: unknown, 1 file could not be read: _common/rowwise.cuh"]
 
 
 def test_runs_without_kernel_sources_compare_as_before() -> None:

@@ -141,6 +141,10 @@ def test_each_ops_kernel_sources_come_from_its_own_part(tmp_path: Path) -> None:
     assert {op: s["sha256"][0] for op, s in doc["sources"].items()} == {"beta": "b", "zeta": "c"}
     summary = (run / "h100" / "summary.md").read_text()
     assert f"beta {'b' * 12} (1 file), zeta {'c' * 12} (1 file)" in summary
+    # beta's own part from before kernellab recorded sources: its rows are that part's, so no sources for beta.
+    del beta["sources"]
+    results.write(run / "h100" / "beta", beta)
+    assert sorted(merge.merge_gpu_type(run / "h100")["sources"]) == ["zeta"]
 
 
 def test_run_summary_has_a_column_group_per_gpu_type_with_that_types_figures(tmp_path: Path) -> None:

@@ -148,34 +148,55 @@ def test_softmax_of_masked_rows(op: library.OpSpec, rows: int, cols: int, dtype:
 
 def _forward_then_backward_cases():
     for op in OPS:
-        if op.needs_gpu and op.backward:
-            for rows, cols in [(4, 8192), (4096, 4096), (1000, 1026)]:
+        if op.backward:  # the CPU op too: the same sequence, no early launch, on any machine
+            shapes = [(4, 8192), (2048, 4096), (1000, 1026)] if op.needs_gpu else [(4, 8192), (1000, 1026)]
+            for rows, cols in shapes:
                 for dtype in op.bench_dtypes:
-                    yield pytest.param(op, rows, cols, dtype, marks=pytest.mark.gpu,
-                                       id=f"{op.name}-rows{rows},cols{cols}-{dtype}")
+                    yield pytest.param(op, rows, cols, dtype, marks=_marks(op), id=f"{op.name}-rows{rows},cols{cols}-{dtype}")
 
 
 @pytest.mark.parametrize("op, rows, cols, dtype", list(_forward_then_backward_cases()))
-def test_a_backward_launched_right_after_its_forward_reads_what_the_forward_wrote(
+def test_a_backward_launched_right_after_a_forward_reads_what_that_forward_wrote(
         op: library.OpSpec, rows: int, cols: int, dtype: str) -> None:
-    """A training step launches the backward as soon as autograd reaches it, and softmax's may start while its
-    forward still runs (a programmatic dependent launch: kl::launch_dependent) and must wait there for y. Here the
-    forward's output is filled with NaN, then the forward and at once the backward reading it are launched with no
-    synchronisation between, ten times over (a handful of rows, whose backward starts on free SMs; a grid of many
-    waves; unaligned rows): every time the gradients must be the reference's."""
+    """A training step launches a backward as soon as autograd reaches it, and the row ops' backwards may start
+    before the kernel ahead of them ends (a programmatic dependent launch: kl::launch_dependent), so they must wait
+    there before reading anything. Each turn launches, with no synchronisation between and the buffers filled with
+    NaN first: the forward into `out` and at once the backward reading it (softmax's gradient is a function of its
+    output); then the forward into grad_out and at once the backward reading that (the norms' backwards read x and
+    grad_out; the forward's output stands for what the kernel before a backward writes in training). Two inputs in
+    turn, ten times (a workspace left by the turn before holds the other input's sums): every time the gradients must
+    be the reference's, at a handful of rows (the backward starting on idle SMs), many waves of blocks, and unaligned
+    rows."""
     module = _loaded(op)
-    label = next(label for label in op.backward.candidates if label in module.backwards)
+    labels = [label for label in op.backward.candidates if label in module.backwards]
+    assert labels, f"{op.name}: none of its backward candidates {list(op.backward.candidates)} was loaded"
+    label, device = labels[0], "cuda" if op.needs_gpu else "cpu"
+    forward, backward = module.candidates[label], module.backwards[label]
     shape = {"rows": rows, "cols": cols}
-    inputs = module.make_inputs(shape, dtype, "cuda", 0)
-    grad_out = module.make_grad_out(module.candidates[label](*inputs), 0)
-    wanted = module.reference_grads(inputs, grad_out)
+    cases = []
+    for seed in (0, 1):
+        inputs = module.make_inputs(shape, dtype, device, seed)
+        y = forward(*inputs)
+        given = module.make_grad_out(y, seed)
+        cases.append((inputs, y, given, module.reference_grads(inputs, given), module.reference_grads(inputs, y)))
     atol, rtol = op.backward.tolerances[dtype]
-    for turn in range(10):
-        out = torch.full_like(grad_out, float("nan"))
-        grads = [torch.full_like(w, float("nan")) for w in wanted]
-        module.candidates[label](*inputs, out=out)
-        module.backwards[label](grad_out, *inputs, out=out, grads=grads)
-        torch.cuda.synchronize()
+
+    def check(grads: list, wanted: list, what: str) -> None:
+        if op.needs_gpu:
+            torch.cuda.synchronize()
         for i, (got, want) in enumerate(zip(grads, wanted)):
             failure = checks.first_mismatch(got, want, atol=atol, rtol=rtol)
-            assert failure is None, f"{label}, turn {turn}, gradient {i}: {failure}"
+            assert failure is None, f"{label}, {what}, gradient {i}: {failure}"
+
+    for turn in range(10):
+        inputs, y, given, wanted_given, wanted_y = cases[turn % 2]
+        out = torch.full_like(y, float("nan"))
+        grads = [torch.full_like(w, float("nan")) for w in wanted_given]
+        forward(*inputs, out=out)
+        backward(given, *inputs, out=out, grads=grads)
+        check(grads, wanted_given, f"turn {turn}, right after the forward wrote out")
+        grad_out = torch.full_like(y, float("nan"))
+        grads = [torch.full_like(w, float("nan")) for w in wanted_y]
+        forward(*inputs, out=grad_out)
+        backward(grad_out, *inputs, out=out, grads=grads)
+        check(grads, wanted_y, f"turn {turn}, right after a forward wrote grad_out")

@@ -88,6 +88,18 @@ def test_kernel_sources_name_every_file_an_op_compiles_by_content(tmp_path: Path
     assert [f for f in first["files"] if first["files"][f] != edited["files"][f]] == ["_common/base.cuh"]
 
 
+def test_kernel_sources_name_the_shared_headers_alike_wherever_they_are_found(tmp_path: Path) -> None:
+    """An op in a kernels folder of its own, without `_common/`, builds against kernellab's: its files are named by
+    the folder they lie in, as for a shipped op, never by this machine's paths."""
+    folder = make_op(tmp_path / "mine", files=("toy.cu",))
+    (folder / "toy.cu").write_text('#include "kernellab.h"\n')
+    (spec,) = library.discover(tmp_path / "mine")
+    files = library.kernel_sources(spec)["files"]
+    assert sorted(files) == ["_common/kernellab.h", "toy/toy.cu"]
+    assert files["_common/kernellab.h"] == library.kernel_sources(library.discover(select="vector_add")[0])[
+        "files"]["_common/kernellab.h"]
+
+
 def test_every_shipped_op_has_kernel_sources_under_the_kernels_folder() -> None:
     for spec in library.discover():
         files = library.kernel_sources(spec)["files"]

@@ -264,13 +264,19 @@ def _median(row: dict[str, Any] | None) -> float | None:
 
 def source_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """One line per op of the new run: the same kernel sources as the old run's (results.json's `sources`, by
-    digest), or which files changed; runs made before kernellab recorded them have none to compare."""
+    digest), or which files changed; runs made before kernellab recorded them have none to compare, and a file that
+    could not be read in either run leaves the answer open."""
     olds, news = old.get("sources") or {}, new.get("sources") or {}
     lines = []
     for op, now in sorted(news.items()):
         was = olds.get(op)
+        unreadable = sorted({f for s in (was, now) if s for f, sha in s["files"].items() if sha == "unreadable"})
         if was is None:
-            lines.append(f"{op}: {now['sha256'][:12]}; the old run recorded none")
+            why = "the old run did not build it" if olds else "the old run recorded none (made before kernellab did)"
+            lines.append(f"{op}: {now['sha256'][:12]}; {why}")
+        elif unreadable:
+            lines.append(f"{op}: unknown, {len(unreadable)} file{'s' if len(unreadable) != 1 else ''} could not be "
+                         f"read: {', '.join(unreadable)}")
         elif was["sha256"] == now["sha256"]:
             lines.append(f"{op}: the same ({now['sha256'][:12]})")
         else:

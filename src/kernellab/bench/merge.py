@@ -131,12 +131,14 @@ def combine(name: str, parts: Sequence[Part]) -> dict[str, Any]:
 
 
 def _sources(parts: Sequence[Part]) -> dict[str, Any]:
-    """Each op's kernel sources (results.json's `sources`), from the part named after it where it has them: a part
-    made with `-k add` may have compiled another op too."""
+    """Each op's kernel sources (results.json's `sources`) as the part named after it recorded them, whose rows the
+    merge keeps (a part made with `-k add` may have compiled another op too, from another checkout); none for an op
+    whose own part recorded none. An op without a part of its own takes them from the first part that has them."""
+    own = {op for op, _ in parts}
     out: dict[str, Any] = {}
     for op, doc in parts:
         for name, source in (doc.get("sources") or {}).items():
-            if name not in out or name == op:
+            if name == op or (name not in own and name not in out):
                 out[name] = source
     return out
 

@@ -30,10 +30,13 @@ def common_dir(op: OpSpec) -> Path:
 
 def kernel_sources(op: OpSpec) -> dict[str, Any]:
     """What the op compiles, by content (extensions.content_digest): `sha256` over `files`, each file (its sources and
-    the headers they include, from its folder and the shared ones) by its path under the kernels folder, e.g.
-    `softmax/softmax.cu` and `_common/rowwise.cuh`. A bench run records it per op, so that a result names the
-    kernel code it timed even where the checkout's commit does not (uncommitted edits, a copied tree)."""
-    digest, files = extensions.content_digest([op.path / s for s in op.sources], [common_dir(op)], op.path.parent)
+    the headers they include, from its folder and the shared ones) by the folder it lies in, e.g.
+    `softmax/softmax.cu` and `_common/rowwise.cuh`, wherever those folders are. A bench run records it per op, so
+    that a result names the kernel code it timed even where the checkout's commit does not (uncommitted edits, a
+    copied tree)."""
+    common = common_dir(op)
+    digest, files = extensions.content_digest([op.path / s for s in op.sources], [common],
+                                              {op.path: op.name, common: "_common"})
     return {"sha256": digest, "files": files}
 
 

@@ -11,7 +11,7 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 
 from .toolchain import _nvcc
 
@@ -45,29 +45,31 @@ def inputs_fingerprint(sources: Sequence[Path], include_dirs: Sequence[Path] = (
     return digest.hexdigest()
 
 
-def content_digest(sources: Sequence[Path], include_dirs: Sequence[Path], base: Path) -> tuple[str, dict[str, str]]:
+def content_digest(sources: Sequence[Path], include_dirs: Sequence[Path],
+                   names: Mapping[Path, str]) -> tuple[str, dict[str, str]]:
     """What `sources` compile, by content alone: each file (the sources, and the headers they include from the
-    including file's folder or the include dirs, transitively) by its path under `base` (its absolute path when it lies
-    elsewhere) with the sha256 of its bytes, and one sha256 over those pairs. Unlike inputs_fingerprint, no compiler
-    and no absolute path: two checkouts holding the same kernel code give the same digest, whatever commit they name.
-    A file that cannot be read is listed as `unreadable`."""
-    root = Path(base).resolve()
+    including file's folder or the include dirs, transitively) with the sha256 of its bytes, and one sha256 over
+    those pairs. A file is named by the folder of `names` it lies in (the first that holds it: `names[folder]/path
+    under it`), else by its absolute path. Unlike inputs_fingerprint, no compiler and no machine's path: two checkouts
+    holding the same kernel code give the same digest, wherever they lie and whatever commit they name. A file that
+    cannot be read is listed as `unreadable`."""
+    folders = [(Path(folder).resolve(), name) for folder, name in names.items()]
     files: dict[str, str] = {}
     for line in _included(sources, include_dirs):
         kind, _, rest = line.partition(" ")
         if kind == "elsewhere":
             continue  # torch's and the system's headers: the environment stamp names those versions
         path, sha = (rest.rpartition(" ")[0], rest.rpartition(" ")[2]) if kind == "file" else (rest, "unreadable")
-        files[_under(Path(path), root)] = sha
+        files[_named(Path(path), folders)] = sha
     listing = "".join(f"{name} {sha}\n" for name, sha in sorted(files.items()))
     return hashlib.sha256(listing.encode()).hexdigest(), dict(sorted(files.items()))
 
 
-def _under(path: Path, root: Path) -> str:
-    try:
-        return path.relative_to(root).as_posix()
-    except ValueError:
-        return str(path)
+def _named(path: Path, folders: Sequence[tuple[Path, str]]) -> str:
+    for folder, name in folders:
+        if path.is_relative_to(folder):
+            return f"{name}/{path.relative_to(folder).as_posix()}"
+    return str(path)
 
 
 def _included(sources: Sequence[Path], include_dirs: Sequence[Path]) -> Iterator[str]:
