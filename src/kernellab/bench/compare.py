@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from ..errors import BenchError
-from . import environment, results, stats
+from . import environment, results, sources, stats
 
 REGRESSIONS = ("slower", "now failing")
 
@@ -36,7 +36,7 @@ class Report:
     #: The new run's -k, and how many rows of the old run it left out.
     select: str | None = None
     left_out: int = 0
-    #: Per op of the new run, whether it compiled the same kernel code as the old run (source_changes).
+    #: Per op of the new run, whether it compiled the same kernel code as the old run (sources.changes).
     sources: list[str] = field(default_factory=list)
 
     @property
@@ -106,7 +106,7 @@ def compare_plain(old: dict[str, Any], new: dict[str, Any]) -> Report:
                     machine=machine_differences(old["environment"], new["environment"]), select=new.get("select"))
     if old.get("timer") != new.get("timer"):
         report.environment.insert(0, f"timer: {old.get('timer')} -> {new.get('timer')}")
-    report.sources = source_changes(old, new)
+    report.sources = sources.changes(old, new)
     olds = {_key(r): r for r in old["rows"]}
     news = {_key(r): r for r in new["rows"]}
     # A run made with -k has rows for every op it selected (a skipped or failed op still gets rows),
@@ -260,31 +260,6 @@ def compare_relative(old_cand: Sequence[float], old_base: Sequence[float], new_c
 
 def _median(row: dict[str, Any] | None) -> float | None:
     return ((row or {}).get("stats") or {}).get("median")
-
-
-def source_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """One line per op of the new run: the same kernel sources as the old run's (results.json's `sources`, by
-    digest), or which files changed; runs made before kernellab recorded them have none to compare, and a file that
-    could not be read in either run leaves the answer open."""
-    olds, news = old.get("sources") or {}, new.get("sources") or {}
-    lines = []
-    for op, now in sorted(news.items()):
-        was = olds.get(op)
-        unreadable = sorted({f for s in (was, now) if s for f, sha in s["files"].items() if sha == "unreadable"})
-        if was is None:
-            why = "the old run did not build it" if olds else "the old run recorded none (made before kernellab did)"
-            lines.append(f"{op}: {now['sha256'][:12]}; {why}")
-        elif unreadable:
-            lines.append(f"{op}: unknown, {len(unreadable)} file{'s' if len(unreadable) != 1 else ''} could not be "
-                         f"read: {', '.join(unreadable)}")
-        elif was["sha256"] == now["sha256"]:
-            lines.append(f"{op}: the same ({now['sha256'][:12]})")
-        else:
-            files = sorted(set(was["files"]) | set(now["files"]))
-            changed = [f for f in files if was["files"].get(f) != now["files"].get(f)]
-            lines.append(f"{op}: {was['sha256'][:12]} -> {now['sha256'][:12]}, {len(changed)} of {len(files)} files "
-                         f"changed: {', '.join(changed)}")
-    return lines
 
 
 def to_markdown(report: Report | MergedReport) -> str:

@@ -22,7 +22,7 @@ from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
 from ..errors import BenchError, KernellabError
-from . import report, results
+from . import report, results, sources
 
 #: What may differ between the parts of one GPU type (each task can land on another node):
 #: a label and the field's path in the environment stamp. GPU clocks are added per key.
@@ -124,23 +124,9 @@ def combine(name: str, parts: Sequence[Part]) -> dict[str, Any]:
         "datasheet": next((d["datasheet"] for _, d in parts if d.get("datasheet")), None),
         "rows": rows,
         "warnings": list(dict.fromkeys(merge_warnings + part_warnings)),  # each once, in order
-        "merge_warnings": merge_warnings,
-        "parts": [_part_entry(op, doc) for op, doc in parts],
-        "sources": _sources(parts),
+        "merge_warnings": merge_warnings, "parts": [_part_entry(op, doc) for op, doc in parts],
+        "sources": sources.merged(parts),  # each op's kernel code, from the part named after it
     }
-
-
-def _sources(parts: Sequence[Part]) -> dict[str, Any]:
-    """Each op's kernel sources (results.json's `sources`) as the part named after it recorded them, whose rows the
-    merge keeps (a part made with `-k add` may have compiled another op too, from another checkout); none for an op
-    whose own part recorded none. An op without a part of its own takes them from the first part that has them."""
-    own = {op for op, _ in parts}
-    out: dict[str, Any] = {}
-    for op, doc in parts:
-        for name, source in (doc.get("sources") or {}).items():
-            if name == op or (name not in own and name not in out):
-                out[name] = source
-    return out
 
 
 def _part_entry(op: str, doc: dict[str, Any]) -> dict[str, Any]:

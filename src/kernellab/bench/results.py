@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BenchError
+from . import sources
 
 SCHEMA = 1
 #: merged.json's "kind": a run merged over GPU types (kernellab.bench.merge).
@@ -264,11 +265,9 @@ def header(doc: dict[str, Any]) -> list[str]:
     commit = (git.get("commit") or "no commit")[:12]
     dirty = {True: ", dirty", False: "", None: ", dirty: unknown"}[git.get("dirty")]
     lines.append(f"- Image: {image}; commit {commit}{dirty}")
-    sources = doc.get("sources") or {}
-    if sources:
-        lines.append("- Kernel sources (sha256 of the files each op compiles, listed in results.json): "
-                     + ", ".join(f"{op} {s['sha256'][:12]} ({len(s['files'])} file{'s' if len(s['files']) != 1 else ''})"
-                                for op, s in sources.items()))
+    kernels = sources.header_line(doc)
+    if kernels:
+        lines.append(kernels)
     lock = env.get("clock_lock")
     if lock:
         lines.append(f"- Clocks {'locked' if lock['locked'] else 'not locked'} ({lock['evidence']}); "
