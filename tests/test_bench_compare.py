@@ -194,6 +194,16 @@ def test_a_file_unreadable_in_either_run_leaves_the_answer_open_and_an_old_run_w
     assert compare.compare(old, new).sources == ["softmax: unknown, 1 file could not be read: _common/rowwise.cuh"]
 
 
+def test_a_damaged_sources_entry_counts_as_none_recorded() -> None:
+    rows = [row("softmax", "kernellab", 0.1)]
+    old, new = run_doc("before", rows), run_doc("after", rows)
+    old["sources"] = {"softmax": "edited by hand", "layernorm": {"sha256": 3}}
+    new["sources"] = {"softmax": _sources(**{"softmax/softmax.cu": "a1"}), "rmsnorm": None}
+    assert compare.compare(old, new).sources == [
+        f"softmax: {new['sources']['softmax']['sha256'][:12]}; the old run recorded none (made before kernellab did)"]
+    assert not any("Kernel sources" in line for line in results.header(old))
+
+
 def test_runs_without_kernel_sources_compare_as_before() -> None:
     report = compare.compare(run_doc("a", [row("softmax", "kernellab", 0.1)]),
                              run_doc("b", [row("softmax", "kernellab", 0.1, seed=3)]))

@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 def header_line(doc: dict[str, Any]) -> str | None:
     """The summary's line naming each op's digest; None for a run that recorded none."""
-    sources = doc.get("sources") or {}
+    sources = _entries(doc)
     if not sources:
         return None
     return ("- Kernel sources (sha256 of the files each op compiles, listed in results.json): "
@@ -23,7 +23,7 @@ def merged(parts: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
     own = {op for op, _ in parts}
     out: dict[str, Any] = {}
     for op, doc in parts:
-        for name, source in (doc.get("sources") or {}).items():
+        for name, source in _entries(doc).items():
             if name == op or (name not in own and name not in out):
                 out[name] = source
     return out
@@ -33,7 +33,7 @@ def changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """One line per op of the new run: the same kernel sources as the old run's (by digest), or which files changed;
     runs made before kernellab recorded them have none to compare, and a file that could not be read in either run
     leaves the answer open."""
-    olds, news = old.get("sources") or {}, new.get("sources") or {}
+    olds, news = _entries(old), _entries(new)
     lines = []
     for op, now in sorted(news.items()):
         was = olds.get(op)
@@ -51,6 +51,16 @@ def changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
             lines.append(f"{op}: {was['sha256'][:12]} -> {now['sha256'][:12]}, {len(changed)} of {len(files)} files "
                          f"changed: {', '.join(changed)}")
     return lines
+
+
+def _entries(doc: dict[str, Any]) -> dict[str, Any]:
+    """A run's `sources`, each entry as kernel_sources writes it; anything else (an edited or damaged file) left out,
+    as if the run had recorded nothing for that op."""
+    raw = doc.get("sources")
+    if not isinstance(raw, dict):
+        return {}
+    return {op: s for op, s in raw.items()
+            if isinstance(s, dict) and isinstance(s.get("sha256"), str) and isinstance(s.get("files"), dict)}
 
 
 def _files(n: int) -> str:
