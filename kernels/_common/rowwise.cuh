@@ -785,7 +785,7 @@ inline bool waits_for_primary() {
 }
 
 // A kernel as a type, for code that picks one at compile time and launches it through launch_dependent:
-// go(kl::Kernel<&kernel<T, N>>{}), and in go, launch_dependent<decltype(k)::value>(...).
+// go(kl::Kernel<&kernel<T, N>>{}), and in go, launch_backward_kernel<decltype(kernel)::value>(...).
 template <auto K>
 using Kernel = std::integral_constant<decltype(K), K>;
 
@@ -932,6 +932,20 @@ void dispatch_backward(const RowPlan& p, bool stats, F&& f) {
 // Floats of a norm's backward workspace: partial rows (`partial_floats`), or a float2 of statistics per row.
 inline int64_t backward_workspace(const RowPlan& p, int64_t rows, int64_t partial_floats) {
   return backward_uses_stats(p, rows) ? 2 * rows : partial_floats;
+}
+
+// Launches a norm's backward kernel, Kernel<<<grid, the plan's threads, smem, stream>>>(args...). Streamed rows
+// (per_thread 0) add their sums into the workspace `ws`, whose first `zeroed` floats are zeroed first: after that
+// memset, an ordinary launch. Otherwise early, after the kernel before it (launch_dependent).
+template <auto Kernel, typename... Args>
+inline void launch_backward_kernel(const RowPlan& p, int grid, size_t smem, float* ws, int64_t zeroed,
+                                   cudaStream_t stream, Args... args) {
+  if (p.per_thread == 0) {
+    cudaMemsetAsync(ws, 0, zeroed * sizeof(float), stream);
+    Kernel<<<grid, p.threads(), smem, stream>>>(args...);
+  } else {
+    launch_dependent<Kernel>(dim3(grid), dim3(p.threads()), smem, stream, args...);
+  }
 }
 
 // out0 (and out1 when outputs == 2) = the column sums of `parts` partial rows of cols floats each.

@@ -103,12 +103,7 @@ cudaError_t launch(const T* dy, const T* x, const T* w, T* dx, T* dw, float* ws,
   auto go = [&](auto kernel, size_t smem) {
     constexpr auto k = decltype(kernel)::value;
     grid = kl::backward_grid(k, p, smem, sms);
-    if (p.per_thread == 0) {  // streamed rows add into a zeroed workspace: after the memset, an ordinary launch
-      cudaMemsetAsync(ws, 0, grid * cols * sizeof(float), stream);
-      k<<<grid, p.threads(), smem, stream>>>(dy, x, w, dx, ws, rows, cols, eps, p.shift);
-    } else {
-      kl::launch_dependent<k>(dim3(grid), dim3(p.threads()), smem, stream, dy, x, w, dx, ws, rows, cols, eps, p.shift);
-    }
+    kl::launch_backward_kernel<k>(p, grid, smem, ws, grid * cols, stream, dy, x, w, dx, ws, rows, cols, eps, p.shift);
   };
   kl::dispatch_backward<T>(p, stats, [&](auto n, auto per, auto sums) {
     constexpr int N = decltype(n)::value, PER = decltype(per)::value;
