@@ -59,10 +59,11 @@ def content_digest(sources: Sequence[Path], include_dirs: Sequence[Path],
         kind, _, rest = line.partition(" ")
         if kind == "elsewhere":
             continue  # torch's and the system's headers: the environment stamp names those versions
-        path, sha = (rest.rpartition(" ")[0], rest.rpartition(" ")[2]) if kind == "file" else (rest, "unreadable")
+        path, _, sha = rest.rpartition(" ") if kind == "file" else (rest, "", "unreadable")
         files[_named(Path(path), folders)] = sha
-    listing = "".join(f"{name} {sha}\n" for name, sha in sorted(files.items()))
-    return hashlib.sha256(listing.encode()).hexdigest(), dict(sorted(files.items()))
+    files = dict(sorted(files.items()))
+    listing = "".join(f"{name} {sha}\n" for name, sha in files.items())
+    return hashlib.sha256(listing.encode()).hexdigest(), files
 
 
 def _named(path: Path, folders: Sequence[tuple[Path, str]]) -> str:
