@@ -544,7 +544,8 @@ constexpr int backward_min_blocks() {
   return N >= 8 && N * PER > 8 && N * PER <= 16 ? 2 : 1;
 }
 
-// grad_out of a norm's backward beside x: held in registers as x is, but prefetched into L1 and loaded where used
+// grad_out of a norm's backward beside x where it is not staged (backward_staged): held in registers as x is, but
+// prefetched into L1 and loaded where used
 // (registers kept for the running sums) for 2-byte types past 8 elements a thread, and for float32 past 16 where
 // the backward keeps SUMS = 4 running sums. layernorm's <float, 4, 8> spilled 316 bytes with grad_out in registers
 // and took 197 us for a 2048x14336 backward on the H100, 159 us with the prefetch; rmsnorm's two sums fit there
@@ -592,7 +593,8 @@ enum class Sums {
   kStats,      // a handful of rows: each row's statistics, and weight_grads sums the columns (backward_uses_stats)
 };
 
-// Whether a norm's backward asks the next row of its grid-stride loop into L2 (prefetch_next_row): for float32 at 16
+// Whether a norm's backward asks the next row of its grid-stride loop into L2 (prefetch_next_row; staged rows,
+// backward_staged, copy it into shared memory instead): for float32 at 16
 // elements a thread, where one block of 512 fills an SM and nothing else hides a row's load behind another's
 // reduction (8192x5120 on the H200: layernorm 161.0 -> 131.6 us, rmsnorm 148.2 -> 125.1 us). Not at 32 elements
 // (the addresses cost registers: rmsnorm's <float, 4, 8> spilled 152 bytes, 2048x14336 108 -> 155 us), nor for 2-byte
@@ -626,6 +628,142 @@ __device__ __forceinline__ void prefetch_next_row(const T* x, const T* dy, int64
     }
   }
 }
+
+// Whether a norm's backward stages x's and grad_out's rows through shared memory (BackwardRows): 2-byte types in
+// 16-byte packs, many rows (not Sums::kStats). Spans of the backward kernel and column_sums, H200 (median of 30, L2
+// flushed), registers held row by row -> staged:
+// - layernorm float16 / bfloat16: 16384x1024 41.3 -> 37.7 / 44.6 -> 38.2 us, 8192x5120 105.1 -> 94.1 / 124.9 -> 110.3,
+//   2048x14336 82.6 -> 68.1 / 89.0 -> 70.1, 1024x5120 -7.2% / -11.2%, 4096x4096 41.0 -> 41.2 / 44.3 -> 42.4.
+// - rmsnorm bfloat16: 16384x1024 36.7 -> 35.3 us, 4096x4096 37.5 -> 36.4, 8192x5120 94.2 -> 80.7, 2048x14336 74.2 ->
+//   61.6. float16 -9% to -16% at 1024x5120 to 2048x14336; +0.9% and +1.5% at 16384x1024 and 4096x4096 (35.6 -> 36.1
+//   us), where its registers already held a row's loads in flight; staged there too, for one path.
+// float32 (4-element packs) keeps its registers: its rows are twice the bytes, and its variants are at 78-91% of the
+// copy bandwidth at those shapes without it.
+template <int N, int PER, Sums S>
+__host__ __device__ constexpr bool backward_staged() {
+  return N == 8 && PER >= 1 && S != Sums::kStats;
+}
+
+// Staging takes cp.async (sm_80 and later): code compiled for older GPUs keeps the rows in registers, and the host asks
+// for no staging memory there (backward_shared_bytes).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+constexpr bool kArchStagesRows = false;
+#else
+constexpr bool kArchStagesRows = true;
+#endif
+
+// 16 bytes global -> shared, asynchronously (cp.async); its groups committed and waited for.
+__device__ __forceinline__ void stage16(void* smem, const void* gmem) {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(smem))),
+               "l"(gmem)
+               : "memory");
+#endif
+}
+__device__ __forceinline__ void stage_commit() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+template <int PENDING>
+__device__ __forceinline__ void stage_wait() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;" ::"n"(PENDING) : "memory");
+#endif
+}
+
+// A thread's packs of one row in a stage of shared memory (BackwardRows), read as RowPacks reads registers: pack i at
+// slot[i * blockDim.x].
+template <typename P, int PER>
+struct StagedRow {
+  const P* slot;
+  int packs, lane, group;
+
+  __device__ __forceinline__ P at(int, int i) const { return slot[i * blockDim.x]; }
+
+  template <typename F>
+  __device__ __forceinline__ void for_each(F&& f) const {
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {
+      const int k = lane + i * group;
+      if (k < packs) f(at(k, i), k, i);
+    }
+  }
+};
+
+// x's and grad_out's rows of a norm backward's grid-stride loop. Staged (backward_staged): each thread copies its own
+// packs of the row it takes next into shared memory (cp.async) before it works on this one, and reads this one's from
+// there where used, once for the sums and again for grad_x; no registers hold a row in flight, and the next row's
+// loads overlap this one's reductions and stores. Each thread reads only the slots it copied itself: no block
+// synchronisation. Slot (stage, array, pack i, thread) at ((stage * 2 + array) * PER + i) * blockDim.x + threadIdx.x
+// (16-byte accesses by consecutive threads: no bank conflicts); backward_shared_bytes counts them. Otherwise loaded
+// into registers row by row (RowPacks; grad_out maybe RowPrefetched) with the next row's L2 prefetch.
+template <typename T, int N, int PER, Sums S, int SUMS>
+struct BackwardRows {
+  static constexpr bool kStaged = backward_staged<N, PER, S>() && kArchStagesRows;
+  using P = Pack<T, N>;
+  const T* x;
+  const T* dy;
+  int64_t rows, cols;
+  int packs;
+  P* slots;
+  int stage = 0;
+  float first = 0.f;  // staged: x's first element of the row in the stage (layernorm's shift), loaded with it
+
+  __device__ __forceinline__ BackwardRows(const T* x_, const T* dy_, int64_t rows_, int64_t cols_, int packs_,
+                                          void* shared, int64_t row, const RowThread& t)
+      : x(x_), dy(dy_), rows(rows_), cols(cols_), packs(packs_), slots(static_cast<P*>(shared)) {
+    if constexpr (kStaged) fetch(0, row, t);
+  }
+
+  __device__ __forceinline__ P* slot(int s, int array, int i) const {
+    return slots + ((s * 2 + array) * PER + i) * static_cast<int>(blockDim.x) + threadIdx.x;
+  }
+
+  __device__ __forceinline__ void fetch(int s, int64_t row, const RowThread& t) {
+    if (row < rows) {
+      const P* in_x = reinterpret_cast<const P*>(x + row * cols);
+      const P* in_dy = reinterpret_cast<const P*>(dy + row * cols);
+#pragma unroll
+      for (int i = 0; i < PER; ++i) {
+        const int k = t.lane + i * t.group;
+        if (k < packs) {
+          stage16(slot(s, 0, i), in_x + k);
+          stage16(slot(s, 1, i), in_dy + k);
+        }
+      }
+      first = to_float(x[row * cols]);
+    }
+    stage_commit();
+  }
+
+  // Calls f(x's row, grad_out's row, x's first element) for the row at `offset` (`valid`: inside the tensor; else
+  // offset 0), after asking for row `next`, this thread's next turn (maybe past the end).
+  template <typename F>
+  __device__ __forceinline__ void turn(int64_t offset, int64_t next, bool valid, const RowThread& t, F&& f) {
+    if constexpr (kStaged) {
+      const float x0 = first;
+      fetch(stage ^ 1, next, t);
+      stage_wait<1>();  // this row's copies have landed
+      const int n = valid ? packs : 0;
+      f(StagedRow<P, PER>{slot(stage, 0, 0), n, t.lane, t.group}, StagedRow<P, PER>{slot(stage, 1, 0), n, t.lane, t.group},
+        valid ? x0 : 0.f);
+      stage ^= 1;
+    } else {
+      const RowPacks<P, PER> xr(reinterpret_cast<const P*>(x + offset), packs, t, valid);
+      // grad_out held in registers as x is (backward_prefetches_grad: or prefetched into L1).
+      using G = std::conditional_t<backward_prefetches_grad<N, PER, SUMS>(), RowPrefetched<P, PER>, RowPacks<P, PER>>;
+      const G gr = make_grad_row<G>(reinterpret_cast<const P*>(dy + offset), valid ? packs : 0, t, valid);
+      prefetch_next_row<N, PER, S, P>(x, dy, next, rows, cols, packs, t);
+      f(xr, gr, valid ? to_float(x[offset]) : 0.f);
+    }
+  }
+
+  // After the loop: nothing in flight (the shared memory is then the column sums').
+  __device__ __forceinline__ void finish() const {
+    if constexpr (kStaged) stage_wait<0>();
+  }
+};
 
 // Backward passes of norms: the weight's (and bias's) gradient sums over rows. Each block keeps its
 // threads' sums over the rows it handles (in registers; in shared memory past 16 elements a thread), adds the row
@@ -725,7 +863,13 @@ struct ColumnSums {
 template <int N, int PER, Sums S, int SUMS>
 inline size_t backward_shared_bytes(const RowPlan& p, int64_t cols, int count) {
   if (ColumnSums<N, PER, S, SUMS>::kShared) return size_t(count) * size_t(cols) * sizeof(float);
-  return p.rows_per_block > 1 ? size_t(p.rows_per_block) * size_t(cols) * sizeof(float) : 0;
+  const size_t sums = p.rows_per_block > 1 ? size_t(p.rows_per_block) * size_t(cols) * sizeof(float) : 0;
+  // Staged rows (BackwardRows): two stages of x's and grad_out's packs, 16 bytes each; the column sums use the same
+  // memory after the loop.
+  static_assert(!(backward_staged<N, PER, S>() && ColumnSums<N, PER, S, SUMS>::kShared), "one use of the memory");
+  const bool stages = backward_staged<N, PER, S>() && compute_major() >= 8;
+  const size_t staged = stages ? size_t(2 * 2 * PER) * size_t(p.threads()) * 16 : 0;
+  return std::max(sums, staged);
 }
 
 // Programmatic dependent launches (compute capability 9.0 and later: launch_dependent). A kernel so launched may

@@ -2,7 +2,8 @@
 // shifted by the row's first element) and gw = grad_out * w:
 //   grad_x = rstd * (gw - mean(gw) - xhat * mean(gw * xhat)),  grad_w = sum over rows of grad_out * xhat,
 //   grad_b = sum over rows of grad_out.
-// A group of threads per row as in the forward, x and grad_out held in registers (read once); a grid of
+// A group of threads per row as in the forward, x and grad_out read once (kl::BackwardRows: 2-byte types staged
+// through shared memory, the next row in flight during this one; float32 held in registers); a grid of
 // as many blocks as fit at once, each looping over rows and keeping its columns' grad_w and grad_b sums in
 // registers, then one row of float32 partials per block, added up by kl::column_sums; a handful of rows
 // (decoding) instead stores each row's mean and rstd, and kl::weight_grads sums the columns from x and
@@ -46,55 +47,54 @@ __global__ void __launch_bounds__(three_blocks<N, PER, S>() ? kl::kRowBlockThrea
   const P* pw = reinterpret_cast<const P*>(w);
   kl::ColumnSums<N, PER, S, 4> sum_w(shared, packs, lane, group), sum_b(shared + cols, packs, lane, group);
   const kl::BackwardWeight<T, N, PER> wr(pw, packs, kl::RowThread{0, lane, group}, true);
+  const int64_t stride = int64_t(gridDim.x) * rows_per_block;
+  const int64_t first = int64_t(blockIdx.x) * rows_per_block + local;
+  kl::BackwardRows<T, N, PER, S, 4> rows_in(x, dy, rows, cols, packs, shared, first, kl::RowThread{first, lane, group});
   // Every thread of the block takes the same number of turns (the reductions synchronise the block).
-  for (int64_t base = int64_t(blockIdx.x) * rows_per_block; base < rows; base += int64_t(gridDim.x) * rows_per_block) {
+  for (int64_t base = int64_t(blockIdx.x) * rows_per_block; base < rows; base += stride) {
     const int64_t row = base + local;
     const bool valid = row < rows;
     const int64_t offset = valid ? row * cols : 0;
     const kl::RowThread t{row, lane, group};
-    const kl::RowPacks<P, PER> xr(reinterpret_cast<const P*>(x + offset), packs, t, valid);
-    // grad_out held in registers as x is (kl::backward_prefetches_grad, four running sums: or prefetched into L1).
-    using G = std::conditional_t<kl::backward_prefetches_grad<N, PER, 4>(), kl::RowPrefetched<P, PER>,
-                                 kl::RowPacks<P, PER>>;
-    const G gr = kl::make_grad_row<G>(reinterpret_cast<const P*>(dy + offset), valid ? packs : 0, t, valid);
-    kl::prefetch_next_row<N, PER, S, P>(x, dy, row + int64_t(gridDim.x) * rows_per_block, rows, cols, packs, t);
-    const float x0 = valid ? kl::to_float(x[offset]) : 0.f;  // the shift
-    float4 s = {0.f, 0.f, 0.f, 0.f};  // sums of d, d^2, gw, gw * d
-    xr.for_each([&](const P& p, int k, int i) {
-      const P g = gr.at(k, i), wk = wr.at(k, i);
+    rows_in.turn(offset, row + stride, valid, t, [&](const auto& xr, const auto& gr, float x0) {  // x0: the shift
+      float4 s = {0.f, 0.f, 0.f, 0.f};  // sums of d, d^2, gw, gw * d
+      xr.for_each([&](const P& p, int k, int i) {
+        const P g = gr.at(k, i), wk = wr.at(k, i);
 #pragma unroll
-      for (int j = 0; j < N; ++j) {
-        const float d = kl::to_float(p.v[j]) - x0, gw = kl::to_float(g.v[j]) * kl::to_float(wk.v[j]);
-        s.x += d;
-        s.y = fmaf(d, d, s.y);
-        s.z += gw;
-        s.w = fmaf(gw, d, s.w);
-      }
-    });
-    s = kl::group_sum4(s, group);
-    const float mean_d = s.x * inv_cols, mean = x0 + mean_d;
-    const float rstd = rsqrtf(fmaxf(s.y * inv_cols - mean_d * mean_d, 0.f) + eps);
-    const float a = s.z * inv_cols, b = rstd * (s.w * inv_cols - mean_d * a);  // mean(gw), mean(gw * xhat)
-    if (S == kl::Sums::kStats && valid && lane == 0) reinterpret_cast<float2*>(partial)[row] = make_float2(mean, rstd);
-    P* out = reinterpret_cast<P*>(dx + offset);
-    xr.for_each([&](const P& p, int k, int i) {
-      const P g = gr.at(k, i), wk = wr.at(k, i);
-      float gx[N], gf[N];
-      P o;
+        for (int j = 0; j < N; ++j) {
+          const float d = kl::to_float(p.v[j]) - x0, gw = kl::to_float(g.v[j]) * kl::to_float(wk.v[j]);
+          s.x += d;
+          s.y = fmaf(d, d, s.y);
+          s.z += gw;
+          s.w = fmaf(gw, d, s.w);
+        }
+      });
+      s = kl::group_sum4(s, group);
+      const float mean_d = s.x * inv_cols, mean = x0 + mean_d;
+      const float rstd = rsqrtf(fmaxf(s.y * inv_cols - mean_d * mean_d, 0.f) + eps);
+      const float a = s.z * inv_cols, b = rstd * (s.w * inv_cols - mean_d * a);  // mean(gw), mean(gw * xhat)
+      if (S == kl::Sums::kStats && valid && lane == 0) reinterpret_cast<float2*>(partial)[row] = make_float2(mean, rstd);
+      P* out = reinterpret_cast<P*>(dx + offset);
+      xr.for_each([&](const P& p, int k, int i) {
+        const P g = gr.at(k, i), wk = wr.at(k, i);
+        float gx[N], gf[N];
+        P o;
 #pragma unroll
-      for (int j = 0; j < N; ++j) {
-        const float xhat = (kl::to_float(p.v[j]) - mean) * rstd;
-        gf[j] = kl::to_float(g.v[j]);
-        gx[j] = gf[j] * xhat;
-        o.v[j] = kl::from_float<T>(rstd * (gf[j] * kl::to_float(wk.v[j]) - fmaf(xhat, b, a)));
-      }
-      kl::store_pack(out + k, o);
-      if constexpr (S != kl::Sums::kStats) {
-        sum_w.add(k, i, gx, part_w);
-        sum_b.add(k, i, gf, part_b);
-      }
+        for (int j = 0; j < N; ++j) {
+          const float xhat = (kl::to_float(p.v[j]) - mean) * rstd;
+          gf[j] = kl::to_float(g.v[j]);
+          gx[j] = gf[j] * xhat;
+          o.v[j] = kl::from_float<T>(rstd * (gf[j] * kl::to_float(wk.v[j]) - fmaf(xhat, b, a)));
+        }
+        kl::store_pack(out + k, o);
+        if constexpr (S != kl::Sums::kStats) {
+          sum_w.add(k, i, gx, part_w);
+          sum_b.add(k, i, gf, part_b);
+        }
+      });
     });
   }
+  rows_in.finish();
   if constexpr (S != kl::Sums::kStats) {
     sum_w.write(part_w, shared, packs, lane, group, static_cast<int>(cols));
     sum_b.write(part_b, shared, packs, lane, group, static_cast<int>(cols));

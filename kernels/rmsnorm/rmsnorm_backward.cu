@@ -1,7 +1,8 @@
 // RMSNorm's backward. With xhat = x * rstd (rstd recomputed from x, exactly as the forward does) and
 // gw = grad_out * w:
 //   grad_x = rstd * (gw - xhat * mean(gw * xhat)),  grad_w = sum over rows of grad_out * xhat.
-// A group of threads per row as in the forward, x and grad_out held in registers (read once); a grid of
+// A group of threads per row as in the forward, x and grad_out read once (kl::BackwardRows: 2-byte types staged
+// through shared memory, the next row in flight during this one; float32 held in registers); a grid of
 // as many blocks as fit at once, each looping over rows and keeping its columns' grad_w sums in registers,
 // then one row of float32 partials per block, added up by kl::column_sums (a handful of rows: each row's rstd,
 // and kl::weight_grads sums the columns from x and grad_out). One reduction of two sums
@@ -29,47 +30,47 @@ __global__ void __launch_bounds__(kl::backward_block_limit<N, PER>(), kl::backwa
   const P* pw = reinterpret_cast<const P*>(w);
   kl::ColumnSums<N, PER, S, 2> sum_w(shared, packs, lane, group);
   const kl::BackwardWeight<T, N, PER> wr(pw, packs, kl::RowThread{0, lane, group}, true);
+  const int64_t stride = int64_t(gridDim.x) * rows_per_block;
+  const int64_t first = int64_t(blockIdx.x) * rows_per_block + local;
+  kl::BackwardRows<T, N, PER, S, 2> rows_in(x, dy, rows, cols, packs, shared, first, kl::RowThread{first, lane, group});
   // Every thread of the block takes the same number of turns (the reductions synchronise the block).
-  for (int64_t base = int64_t(blockIdx.x) * rows_per_block; base < rows; base += int64_t(gridDim.x) * rows_per_block) {
+  for (int64_t base = int64_t(blockIdx.x) * rows_per_block; base < rows; base += stride) {
     const int64_t row = base + local;
     const bool valid = row < rows;
     const int64_t offset = valid ? row * cols : 0;
     const kl::RowThread t{row, lane, group};
-    const kl::RowPacks<P, PER> xr(reinterpret_cast<const P*>(x + offset), packs, t, valid);
-    // grad_out held in registers as x is (kl::backward_prefetches_grad: or prefetched into L1).
-    using G = std::conditional_t<kl::backward_prefetches_grad<N, PER>(), kl::RowPrefetched<P, PER>,
-                                 kl::RowPacks<P, PER>>;
-    const G gr = kl::make_grad_row<G>(reinterpret_cast<const P*>(dy + offset), valid ? packs : 0, t, valid);
-    kl::prefetch_next_row<N, PER, S, P>(x, dy, row + int64_t(gridDim.x) * rows_per_block, rows, cols, packs, t);
-    float2 s = {0.f, 0.f};  // sums of x^2 and gw * x
-    xr.for_each([&](const P& p, int k, int i) {
-      const P g = gr.at(k, i), wk = wr.at(k, i);
+    rows_in.turn(offset, row + stride, valid, t, [&](const auto& xr, const auto& gr, float) {
+      float2 s = {0.f, 0.f};  // sums of x^2 and gw * x
+      xr.for_each([&](const P& p, int k, int i) {
+        const P g = gr.at(k, i), wk = wr.at(k, i);
 #pragma unroll
-      for (int j = 0; j < N; ++j) {
-        const float v = kl::to_float(p.v[j]);
-        s.x = fmaf(v, v, s.x);
-        s.y = fmaf(kl::to_float(g.v[j]) * kl::to_float(wk.v[j]), v, s.y);
-      }
-    });
-    s = kl::group_sum2(s, group);
-    const float rstd = rsqrtf(s.x * inv_cols + eps);
-    const float b = rstd * s.y * inv_cols;  // mean(gw * xhat)
-    if (S == kl::Sums::kStats && valid && lane == 0) reinterpret_cast<float2*>(partial)[row] = make_float2(0.f, rstd);
-    P* out = reinterpret_cast<P*>(dx + offset);
-    xr.for_each([&](const P& p, int k, int i) {
-      const P g = gr.at(k, i), wk = wr.at(k, i);
-      float gx[N];
-      P o;
+        for (int j = 0; j < N; ++j) {
+          const float v = kl::to_float(p.v[j]);
+          s.x = fmaf(v, v, s.x);
+          s.y = fmaf(kl::to_float(g.v[j]) * kl::to_float(wk.v[j]), v, s.y);
+        }
+      });
+      s = kl::group_sum2(s, group);
+      const float rstd = rsqrtf(s.x * inv_cols + eps);
+      const float b = rstd * s.y * inv_cols;  // mean(gw * xhat)
+      if (S == kl::Sums::kStats && valid && lane == 0) reinterpret_cast<float2*>(partial)[row] = make_float2(0.f, rstd);
+      P* out = reinterpret_cast<P*>(dx + offset);
+      xr.for_each([&](const P& p, int k, int i) {
+        const P g = gr.at(k, i), wk = wr.at(k, i);
+        float gx[N];
+        P o;
 #pragma unroll
-      for (int j = 0; j < N; ++j) {
-        const float xhat = kl::to_float(p.v[j]) * rstd, gf = kl::to_float(g.v[j]);
-        gx[j] = gf * xhat;
-        o.v[j] = kl::from_float<T>(rstd * (gf * kl::to_float(wk.v[j]) - xhat * b));
-      }
-      kl::store_pack(out + k, o);
-      if constexpr (S != kl::Sums::kStats) sum_w.add(k, i, gx, part_w);
+        for (int j = 0; j < N; ++j) {
+          const float xhat = kl::to_float(p.v[j]) * rstd, gf = kl::to_float(g.v[j]);
+          gx[j] = gf * xhat;
+          o.v[j] = kl::from_float<T>(rstd * (gf * kl::to_float(wk.v[j]) - xhat * b));
+        }
+        kl::store_pack(out + k, o);
+        if constexpr (S != kl::Sums::kStats) sum_w.add(k, i, gx, part_w);
+      });
     });
   }
+  rows_in.finish();
   if constexpr (S != kl::Sums::kStats) sum_w.write(part_w, shared, packs, lane, group, static_cast<int>(cols));
 }
 
