@@ -572,7 +572,8 @@ inline int64_t backward_grid_bound(const RowPlan& p, int sms) {
 }
 
 // The grid actually launched: what the occupancy calculator says fits, within the bound. Past 48 KB of dynamic
-// shared memory the kernel is allowed it first (column sums in shared memory: up to 64 KB).
+// shared memory the kernel is allowed it first (column sums in shared memory: up to 64 KB;
+// staged rows, BackwardRows: up to 128 KB).
 template <typename K>
 inline int backward_grid(K kernel, const RowPlan& p, size_t smem, int sms) {
   if (smem > 48 * 1024) {
@@ -644,8 +645,8 @@ __host__ __device__ constexpr bool backward_staged() {
   return N == 8 && PER >= 1 && S != Sums::kStats;
 }
 
-// Staging takes cp.async (sm_80 and later): code compiled for older GPUs keeps the rows in registers, and the host asks
-// for no staging memory there (backward_shared_bytes).
+// Staging takes cp.async (sm_80 and later): code compiled for older GPUs keeps the rows in registers (the host stages
+// only on compute capability 8.0 and later: stages_rows).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
 constexpr bool kArchStagesRows = false;
 #else
@@ -691,16 +692,18 @@ struct StagedRow {
   }
 };
 
-// x's and grad_out's rows of a norm backward's grid-stride loop. Staged (backward_staged): each thread copies its own
-// packs of the row it takes next into shared memory (cp.async) before it works on this one, and reads this one's from
-// there where used, once for the sums and again for grad_x; no registers hold a row in flight, and the next row's
-// loads overlap this one's reductions and stores. Each thread reads only the slots it copied itself: no block
-// synchronisation. Slot (stage, array, pack i, thread) at ((stage * 2 + array) * PER + i) * blockDim.x + threadIdx.x
-// (16-byte accesses by consecutive threads: no bank conflicts); backward_shared_bytes counts them. Otherwise loaded
-// into registers row by row (RowPacks; grad_out maybe RowPrefetched) with the next row's L2 prefetch.
-template <typename T, int N, int PER, Sums S, int SUMS>
+// x's and grad_out's rows of a norm backward's grid-stride loop. STAGED (a variant that may stage, backward_staged, on
+// a device where stages_rows says so; launch_staged_or_not picks): each thread copies its own packs of the row it
+// takes next into shared memory (cp.async) before it works on this one, and reads this one's from there where used,
+// once for the sums and again for grad_x; no registers hold a row in flight, and the next row's loads overlap this
+// one's reductions and stores. Each thread reads only the slots it copied itself: no block synchronisation. Slot
+// (stage, array, pack i, thread) at ((stage * 2 + array) * PER + i) * blockDim.x + threadIdx.x (16-byte accesses by
+// consecutive threads: no bank conflicts); backward_shared_bytes counts them. Otherwise loaded into registers row by
+// row (RowPacks; grad_out maybe RowPrefetched) with the next row's L2 prefetch.
+template <typename T, int N, int PER, Sums S, int SUMS, bool STAGED>
 struct BackwardRows {
-  static constexpr bool kStaged = backward_staged<N, PER, S>() && kArchStagesRows;
+  static_assert(!STAGED || backward_staged<N, PER, S>(), "a variant that may stage");
+  static constexpr bool kStaged = STAGED && kArchStagesRows;
   using P = Pack<T, N>;
   const T* x;
   const T* dy;
@@ -746,8 +749,8 @@ struct BackwardRows {
       fetch(stage ^ 1, next, t);
       stage_wait<1>();  // this row's copies have landed
       const int n = valid ? packs : 0;
-      f(StagedRow<P, PER>{slot(stage, 0, 0), n, t.lane, t.group}, StagedRow<P, PER>{slot(stage, 1, 0), n, t.lane, t.group},
-        valid ? x0 : 0.f);
+      const StagedRow<P, PER> xr{slot(stage, 0, 0), n, t.lane, t.group}, gr{slot(stage, 1, 0), n, t.lane, t.group};
+      f(xr, gr, valid ? x0 : 0.f);
       stage ^= 1;
     } else {
       const RowPacks<P, PER> xr(reinterpret_cast<const P*>(x + offset), packs, t, valid);
@@ -860,16 +863,58 @@ struct ColumnSums {
 // Dynamic shared memory of a norm's backward with `count` column sums (ColumnSums<N, PER, S, SUMS>): a row of
 // cols floats per sum when they are kept in shared memory, else a row per row of the block when it holds several,
 // else none.
-template <int N, int PER, Sums S, int SUMS>
+template <int N, int PER, Sums S, int SUMS, bool STAGED = false>
 inline size_t backward_shared_bytes(const RowPlan& p, int64_t cols, int count) {
   if (ColumnSums<N, PER, S, SUMS>::kShared) return size_t(count) * size_t(cols) * sizeof(float);
   const size_t sums = p.rows_per_block > 1 ? size_t(p.rows_per_block) * size_t(cols) * sizeof(float) : 0;
   // Staged rows (BackwardRows): two stages of x's and grad_out's packs, 16 bytes each; the column sums use the same
   // memory after the loop.
   static_assert(!(backward_staged<N, PER, S>() && ColumnSums<N, PER, S, SUMS>::kShared), "one use of the memory");
-  const bool stages = backward_staged<N, PER, S>() && compute_major() >= 8;
-  const size_t staged = stages ? size_t(2 * 2 * PER) * size_t(p.threads()) * 16 : 0;
+  const size_t staged = STAGED ? size_t(2 * 2 * PER) * size_t(p.threads()) * 16 : 0;
   return std::max(sums, staged);
+}
+
+// Whether this device runs a norm backward's variant staged (Staged, `staged` bytes of dynamic shared memory) rather
+// than with its rows in registers (Plain, `plain` bytes): on compute capability 8.0 and later, where a block may have
+// that much shared memory and an SM still holds as many blocks as without it. H100 and H200 (228 KB an SM) stage every
+// variant; GPUs of 100 KB an SM (compute capability 8.6, 8.9, 12.0) would hold fewer blocks of some, and could not
+// launch the 128 KB one (4 packs a thread, 512 threads) at all.
+template <auto Staged, auto Plain>
+inline bool stages_rows(const RowPlan& p, size_t staged, size_t plain) {
+  if (compute_major() < 8) return false;
+  cudaFuncAttributes a{};
+  if (cudaFuncGetAttributes(&a, Staged) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  if (staged + a.sharedSizeBytes > size_t(device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>())) return false;
+  const auto allow = [](auto kernel, size_t bytes) {
+    if (bytes > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+  };
+  allow(Staged, staged);
+  allow(Plain, plain);
+  int with = 0, without = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&with, Staged, p.threads(), staged) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&without, Plain, p.threads(), plain) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return with >= 1 && with >= without;
+}
+
+// Calls go(kernel, smem) for a norm backward's variant <N, PER, S> (SUMS running sums, `count` column sums):
+// kernel_of(std::bool_constant<STAGED>) is its kernel (kl::Kernel), staged where it may be (backward_staged) and
+// this device gains no fewer resident blocks from it (stages_rows).
+template <int N, int PER, Sums S, int SUMS, typename K, typename G>
+inline void launch_staged_or_not(const RowPlan& p, int64_t cols, int count, K&& kernel_of, G&& go) {
+  const size_t plain = backward_shared_bytes<N, PER, S, SUMS>(p, cols, count);
+  using Plain = decltype(kernel_of(std::false_type{}));
+  if constexpr (backward_staged<N, PER, S>()) {
+    using Staged = decltype(kernel_of(std::true_type{}));
+    const size_t staged = backward_shared_bytes<N, PER, S, SUMS, true>(p, cols, count);
+    if (stages_rows<Staged::value, Plain::value>(p, staged, plain)) return go(Staged{}, staged);
+  }
+  go(Plain{}, plain);
 }
 
 // Programmatic dependent launches (compute capability 9.0 and later: launch_dependent). A kernel so launched may

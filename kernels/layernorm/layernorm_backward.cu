@@ -28,7 +28,7 @@ constexpr bool three_blocks() {
   return S == kl::Sums::kBlockRows && N == 8 && PER == 2;
 }
 
-template <typename T, int N, int PER, kl::Sums S>
+template <typename T, int N, int PER, kl::Sums S, bool STAGED>
 __global__ void __launch_bounds__(three_blocks<N, PER, S>() ? kl::kRowBlockThreads : kl::backward_block_limit<N, PER>(),
                                   three_blocks<N, PER, S>() ? 3 : kl::backward_min_blocks<N, PER>())
     layernorm_backward_kernel(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
@@ -49,7 +49,8 @@ __global__ void __launch_bounds__(three_blocks<N, PER, S>() ? kl::kRowBlockThrea
   const kl::BackwardWeight<T, N, PER> wr(pw, packs, kl::RowThread{0, lane, group}, true);
   const int64_t stride = int64_t(gridDim.x) * rows_per_block;
   const int64_t first = int64_t(blockIdx.x) * rows_per_block + local;
-  kl::BackwardRows<T, N, PER, S, 4> rows_in(x, dy, rows, cols, packs, shared, first, kl::RowThread{first, lane, group});
+  kl::BackwardRows<T, N, PER, S, 4, STAGED> rows_in(x, dy, rows, cols, packs, shared, first,
+                                                     kl::RowThread{first, lane, group});
   // Every thread of the block takes the same number of turns (the reductions synchronise the block).
   for (int64_t base = int64_t(blockIdx.x) * rows_per_block; base < rows; base += stride) {
     const int64_t row = base + local;
@@ -73,7 +74,9 @@ __global__ void __launch_bounds__(three_blocks<N, PER, S>() ? kl::kRowBlockThrea
       const float mean_d = s.x * inv_cols, mean = x0 + mean_d;
       const float rstd = rsqrtf(fmaxf(s.y * inv_cols - mean_d * mean_d, 0.f) + eps);
       const float a = s.z * inv_cols, b = rstd * (s.w * inv_cols - mean_d * a);  // mean(gw), mean(gw * xhat)
-      if (S == kl::Sums::kStats && valid && lane == 0) reinterpret_cast<float2*>(partial)[row] = make_float2(mean, rstd);
+      if (S == kl::Sums::kStats && valid && lane == 0) {
+        reinterpret_cast<float2*>(partial)[row] = make_float2(mean, rstd);
+      }
       P* out = reinterpret_cast<P*>(dx + offset);
       xr.for_each([&](const P& p, int k, int i) {
         const P g = gr.at(k, i), wk = wr.at(k, i);
@@ -140,7 +143,10 @@ cudaError_t launch(const T* dy, const T* x, const T* w, T* dx, T* dw, T* db, flo
   kl::dispatch_backward<T>(p, stats, [&](auto n, auto per, auto sums) {
     constexpr int N = decltype(n)::value, PER = decltype(per)::value;
     constexpr kl::Sums S = decltype(sums)::value;
-    go(kl::Kernel<&layernorm_backward_kernel<T, N, PER, S>>{}, kl::backward_shared_bytes<N, PER, S, 4>(p, cols, 2));
+    const auto kernel = [](auto staged) {
+      return kl::Kernel<&layernorm_backward_kernel<T, N, PER, S, decltype(staged)::value>>{};
+    };
+    kl::launch_staged_or_not<N, PER, S, 4>(p, cols, 2, kernel, go);
   });
   kl::launch_weight_grads<T>(stats, dy, x, ws, grid, rows, cols, dw, db, stream);
   return cudaGetLastError();

@@ -13,7 +13,7 @@
 
 namespace {
 
-template <typename T, int N, int PER, kl::Sums S>
+template <typename T, int N, int PER, kl::Sums S, bool STAGED>
 __global__ void __launch_bounds__(kl::backward_block_limit<N, PER>(), kl::backward_min_blocks<N, PER>())
     rmsnorm_backward_kernel(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
                               T* __restrict__ dx, float* __restrict__ partial, int64_t rows, int64_t cols, float eps,
@@ -32,7 +32,8 @@ __global__ void __launch_bounds__(kl::backward_block_limit<N, PER>(), kl::backwa
   const kl::BackwardWeight<T, N, PER> wr(pw, packs, kl::RowThread{0, lane, group}, true);
   const int64_t stride = int64_t(gridDim.x) * rows_per_block;
   const int64_t first = int64_t(blockIdx.x) * rows_per_block + local;
-  kl::BackwardRows<T, N, PER, S, 2> rows_in(x, dy, rows, cols, packs, shared, first, kl::RowThread{first, lane, group});
+  kl::BackwardRows<T, N, PER, S, 2, STAGED> rows_in(x, dy, rows, cols, packs, shared, first,
+                                                     kl::RowThread{first, lane, group});
   // Every thread of the block takes the same number of turns (the reductions synchronise the block).
   for (int64_t base = int64_t(blockIdx.x) * rows_per_block; base < rows; base += stride) {
     const int64_t row = base + local;
@@ -109,7 +110,10 @@ cudaError_t launch(const T* dy, const T* x, const T* w, T* dx, T* dw, float* ws,
   kl::dispatch_backward<T>(p, stats, [&](auto n, auto per, auto sums) {
     constexpr int N = decltype(n)::value, PER = decltype(per)::value;
     constexpr kl::Sums S = decltype(sums)::value;
-    go(kl::Kernel<&rmsnorm_backward_kernel<T, N, PER, S>>{}, kl::backward_shared_bytes<N, PER, S, 2>(p, cols, 1));
+    const auto kernel = [](auto staged) {
+      return kl::Kernel<&rmsnorm_backward_kernel<T, N, PER, S, decltype(staged)::value>>{};
+    };
+    kl::launch_staged_or_not<N, PER, S, 2>(p, cols, 1, kernel, go);
   });
   kl::launch_weight_grads<T>(stats, dy, x, ws, grid, rows, cols, dw, nullptr, stream);
   return cudaGetLastError();
