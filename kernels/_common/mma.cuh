@@ -1,5 +1,6 @@
 // Tensor-core building blocks for sm_80 and newer (mma.sync, ldmatrix, cp.async), used by the
-// matmul and attention kernels. Fragment layouts are those of PTX's m16n8k16 (row.col):
+// matmul and attention kernels (cp.async also by the norms' backwards). Fragment layouts are those of PTX's
+// m16n8k16 (row.col):
 //   A (16x16, row-major):  a[0] = (row g, k 2t..2t+1), a[1] = (g+8, 2t), a[2] = (g, 2t+8), a[3] = (g+8, 2t+8)
 //   B (16x8,  k-major):    b[0] = (k 2t..2t+1, col g), b[1] = (k 2t+8.., col g)
 //   C (16x8,  fp32):       c[0..1] = (row g, cols 2t, 2t+1), c[2..3] = (row g+8, cols 2t, 2t+1)
@@ -17,15 +18,18 @@ __device__ __forceinline__ uint32_t smem_address(const void* p) {
 }
 
 // 16 bytes global -> shared without passing through registers; `valid == false` writes zeros
-// (source size 0), which is how tiles hanging over the matrix edge read as zero.
+// (source size 0), which is how tiles hanging over the matrix edge read as zero. The "memory" clobbers keep the
+// compiler from moving shared-memory reads across the copies and waits: the norms' staged rows (BackwardRows in
+// rowwise.cuh) read them with no __syncthreads between. (The matmul and attention kernels' SASS is the same with them.)
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(smem)), "l"(gmem),
-               "r"(valid ? 16 : 0));
+               "r"(valid ? 16 : 0)
+               : "memory");
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int PENDING>
 __device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING));
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
 }
 
 // A ROWS x COLS tile of a row-major matrix (row stride `ld`, starting at `src`) into shared memory

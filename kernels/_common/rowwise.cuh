@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "kernellab.cuh"
+#include "mma.cuh"  // cp_async16 (staged rows: BackwardRows)
 
 namespace kl {
 
@@ -575,10 +576,15 @@ inline int64_t backward_grid_bound(const RowPlan& p, int sms) {
 // shared memory the kernel is allowed it first (column sums in shared memory: up to 64 KB;
 // staged rows, BackwardRows: up to 128 KB).
 template <typename K>
-inline int backward_grid(K kernel, const RowPlan& p, size_t smem, int sms) {
+inline void allow_shared_bytes(K kernel, size_t smem) {
   if (smem > 48 * 1024) {
     cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   }
+}
+
+template <typename K>
+inline int backward_grid(K kernel, const RowPlan& p, size_t smem, int sms) {
+  allow_shared_bytes(kernel, smem);
   int per_sm = 0;
   cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, p.threads(), smem);
   return static_cast<int>(std::min<int64_t>(backward_grid_bound(p, sms), int64_t(sms) * std::max(1, per_sm)));
@@ -653,26 +659,6 @@ constexpr bool kArchStagesRows = false;
 constexpr bool kArchStagesRows = true;
 #endif
 
-// 16 bytes global -> shared, asynchronously (cp.async); its groups committed and waited for.
-__device__ __forceinline__ void stage16(void* smem, const void* gmem) {
-#if __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(smem))),
-               "l"(gmem)
-               : "memory");
-#endif
-}
-__device__ __forceinline__ void stage_commit() {
-#if __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;" ::: "memory");
-#endif
-}
-template <int PENDING>
-__device__ __forceinline__ void stage_wait() {
-#if __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group %0;" ::"n"(PENDING) : "memory");
-#endif
-}
-
 // A thread's packs of one row in a stage of shared memory (BackwardRows), read as RowPacks reads registers: pack i at
 // slot[i * blockDim.x].
 template <typename P, int PER>
@@ -731,13 +717,13 @@ struct BackwardRows {
       for (int i = 0; i < PER; ++i) {
         const int k = t.lane + i * t.group;
         if (k < packs) {
-          stage16(slot(s, 0, i), in_x + k);
-          stage16(slot(s, 1, i), in_dy + k);
+          cp_async16(slot(s, 0, i), in_x + k, true);
+          cp_async16(slot(s, 1, i), in_dy + k, true);
         }
       }
       first = to_float(x[row * cols]);
     }
-    stage_commit();
+    cp_async_commit();
   }
 
   // Calls f(x's row, grad_out's row, x's first element) for the row at `offset` (`valid`: inside the tensor; else
@@ -747,7 +733,7 @@ struct BackwardRows {
     if constexpr (kStaged) {
       const float x0 = first;
       fetch(stage ^ 1, next, t);
-      stage_wait<1>();  // this row's copies have landed
+      cp_async_wait<1>();  // this row's copies have landed
       const int n = valid ? packs : 0;
       const StagedRow<P, PER> xr{slot(stage, 0, 0), n, t.lane, t.group}, gr{slot(stage, 1, 0), n, t.lane, t.group};
       f(xr, gr, valid ? x0 : 0.f);
@@ -764,7 +750,7 @@ struct BackwardRows {
 
   // After the loop: nothing in flight (the shared memory is then the column sums').
   __device__ __forceinline__ void finish() const {
-    if constexpr (kStaged) stage_wait<0>();
+    if constexpr (kStaged) cp_async_wait<0>();
   }
 };
 
@@ -888,11 +874,8 @@ inline bool stages_rows(const RowPlan& p, size_t staged, size_t plain) {
     return false;
   }
   if (staged + a.sharedSizeBytes > size_t(device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>())) return false;
-  const auto allow = [](auto kernel, size_t bytes) {
-    if (bytes > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
-  };
-  allow(Staged, staged);
-  allow(Plain, plain);
+  allow_shared_bytes(Staged, staged);
+  allow_shared_bytes(Plain, plain);
   int with = 0, without = 0;
   if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&with, Staged, p.threads(), staged) != cudaSuccess ||
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&without, Plain, p.threads(), plain) != cudaSuccess) {
