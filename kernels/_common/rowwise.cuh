@@ -516,9 +516,25 @@ inline RowPlan plan_backward_rows(int64_t rows, int64_t cols, int pack16, bool a
 // 4096x4096 36.9 -> 41.5 us: it does not spill at 16): it keeps plan_backward_rows.
 constexpr int kBackwardEvenGroup = 512;
 
+// layernorm's `wide` plan (stages_wide_rows: the device stages 2-byte rows at 4 packs a thread): 2-byte rows that
+// plan_backward_rows spreads unevenly over its group (2560 to 7168 columns: 320 to 896 packs over 256 or 512 threads,
+// or bfloat16's 1024 above) take plan_rows's 32 elements a thread instead, over fewer threads (at least kWideGroup: a
+// block of 256 then holds one row or two, Sums::kBlockRows compiled to 32 elements for layernorm: dispatch_backward's
+// WIDE). Its reduction of four sums then crosses fewer warps, and fewer threads sit idle. Spans of the backward kernel
+// and column_sums, H200, float16 / bfloat16: 8192x5120 93.5 -> 85.2 / 110.3 -> 89.1 us, 2048x5120 32.1 -> 30.3 / 34.6
+// -> 31.7, 4096x6144 58.0 -> 56.8 / 64.5 -> 57.9, 4096x7168 64.4 -> 62.9 / 69.4 -> 64.4, 16384x2560 90.7 -> 88.1 /
+// 100.1 -> 91.1, 8192x3072 54.5 -> 56.0 (+2.9%) / 59.3 -> 57.2. Not for even rows: 1024, 2048 and 4096 columns lost
+// 1-4% so. rmsnorm's two sums gained only at 5120 columns (-2% to -5%) and lost up to 4% at 2560 to 7168: it keeps
+// its plan.
+constexpr int kWideGroup = 128;
+
 template <typename T>
-inline RowPlan plan_layernorm_backward(int64_t rows, int64_t cols, bool aligned, int sms) {
+inline RowPlan plan_layernorm_backward(int64_t rows, int64_t cols, bool aligned, int sms, bool wide = false) {
   const RowPlan p = plan_backward_rows(rows, cols, kPack16<T>, aligned, sms);
+  if (sizeof(T) == 2 && wide && p.pack > 1 && p.per_thread > 0 && !p.few && (cols / p.pack) % p.group != 0) {
+    const RowPlan w = plan_rows(rows, cols, kPack16<T>, aligned, sms, 32);
+    if (w.per_thread > 0 && !w.few && w.group >= kWideGroup) return w;
+  }
   if (sizeof(T) == 4 || (p.per_thread > 1 && p.rows_per_block == 1 && !p.few)) {
     const int group = std::is_same_v<T, __nv_bfloat16> ? kRowMaxThreads : kBackwardEvenGroup;
     if (const auto e = plan_even_rows(rows, cols, kPack16<T>, aligned, sms, kNormEvenElems, group)) return *e;
@@ -860,6 +876,15 @@ inline size_t backward_shared_bytes(const RowPlan& p, int64_t cols, int count) {
   return std::max(sums, staged);
 }
 
+// Whether this device stages 2-byte rows at 4 packs a thread in blocks of 256 (plan_layernorm_backward's `wide`):
+// compute capability 8.0 and later, with shared memory for two such blocks an SM (64 KB each, BackwardRows, and their
+// static and reserved memory), as registers allow (128 a thread): A100, H100, H200, not GPUs of 100 KB an SM.
+inline bool stages_wide_rows() {
+  constexpr int staged = 2 * 2 * 4 * kRowBlockThreads * 16, extra = 2 * 1024;
+  return compute_major() >= 8 &&
+         device_attribute<cudaDevAttrMaxSharedMemoryPerMultiprocessor>() >= 2 * (staged + extra);
+}
+
 // Whether this device runs a norm backward's variant staged (Staged, `staged` bytes of dynamic shared memory) rather
 // than with its rows in registers (Plain, `plain` bytes): on compute capability 8.0 and later, where a block may have
 // that much shared memory and an SM still holds as many blocks as without it. H100 and H200 (228 KB an SM) stage every
@@ -1078,9 +1103,9 @@ inline bool backward_uses_stats(const RowPlan& p, int64_t rows) {
 
 // Calls f(n, per, sums), std::integral_constants of the pack size, the packs per thread and the Sums, for the
 // backward kernel variant of this plan: kStats for a handful of rows (backward_uses_stats), kBlockRows when a block
-// holds several rows (a thread then holds at most 16 elements: plan_backward_rows) or the rows are not in 16-byte
-// packs, else kOneRow.
-template <typename T, typename F>
+// holds several rows (a thread then holds at most 16 elements: plan_backward_rows; WIDE: 2-byte types up to 32,
+// plan_layernorm_backward's `wide`) or the rows are not in 16-byte packs, else kOneRow.
+template <typename T, bool WIDE = false, typename F>
 void dispatch_backward(const RowPlan& p, bool stats, F&& f) {
   using BlockRows = std::integral_constant<Sums, Sums::kBlockRows>;
   if (p.pack == 1) {
@@ -1094,7 +1119,7 @@ void dispatch_backward(const RowPlan& p, bool stats, F&& f) {
     if constexpr (PER >= 1 && PER <= kRowStatsMaxPer) {
       if (stats) return f(n, per, std::integral_constant<Sums, Sums::kStats>{});
     }
-    if constexpr (N * PER <= 16) {
+    if constexpr (N * PER <= 16 || (WIDE && N == 8)) {
       if (p.rows_per_block > 1) return f(n, per, BlockRows{});
     }
     f(n, per, std::integral_constant<Sums, Sums::kOneRow>{});

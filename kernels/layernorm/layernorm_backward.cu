@@ -109,7 +109,7 @@ kl::RowPlan plan(const T* dy, const T* x, const T* w, const T* dx, const T* dw, 
                  int64_t cols) {
   const bool aligned = kl::aligned16(dy) && kl::aligned16(x) && kl::aligned16(w) && kl::aligned16(dx) &&
                        kl::aligned16(dw) && kl::aligned16(db);
-  return kl::plan_layernorm_backward<T>(rows, cols, aligned, kl::sm_count());
+  return kl::plan_layernorm_backward<T>(rows, cols, aligned, kl::sm_count(), kl::stages_wide_rows());
 }
 
 template <typename T>
@@ -140,7 +140,7 @@ cudaError_t launch(const T* dy, const T* x, const T* w, T* dx, T* dw, T* db, flo
     kl::launch_backward_kernel<k>(p, grid, smem, ws, 2 * grid * cols, stream, dy, x, w, dx, ws, rows, cols, eps,
                                   p.shift);
   };
-  kl::dispatch_backward<T>(p, stats, [&](auto n, auto per, auto sums) {
+  kl::dispatch_backward<T, true>(p, stats, [&](auto n, auto per, auto sums) {
     constexpr int N = decltype(n)::value, PER = decltype(per)::value;
     constexpr kl::Sums S = decltype(sums)::value;
     const auto kernel = [](auto staged) {
