@@ -516,10 +516,10 @@ inline RowPlan plan_backward_rows(int64_t rows, int64_t cols, int pack16, bool a
 // 4096x4096 36.9 -> 41.5 us: it does not spill at 16): it keeps plan_backward_rows.
 constexpr int kBackwardEvenGroup = 512;
 
-// layernorm's `wide` plan (stages_wide_rows: the device stages 2-byte rows at 4 packs a thread): 2-byte rows that
-// plan_backward_rows spreads unevenly over its group (2560 to 7168 columns: 320 to 896 packs over 256 or 512 threads,
-// or bfloat16's 1024 above) take plan_rows's 32 elements a thread instead, over fewer threads (at least kWideGroup: a
-// block of 256 then holds one row or two, Sums::kBlockRows compiled to 32 elements for layernorm: dispatch_backward's
+// layernorm's `wide` plan (the device stages its 2-byte rows at 4 packs a thread in blocks of 256: stages_at): 2-byte
+// rows that plan_backward_rows spreads unevenly over its group (2560 to 7168 columns: 320 to 896 packs over 256 or 512
+// threads, or bfloat16's 1024 above) take plan_rows's 32 elements a thread instead, when that plan keeps them (not
+// spread to fewer for want of rows), over fewer threads (at least kWideGroup: a block of 256 then holds one row or two, Sums::kBlockRows compiled to 32 elements for layernorm: dispatch_backward's
 // WIDE). Its reduction of four sums then crosses fewer warps, and fewer threads sit idle. Spans of the backward kernel
 // and column_sums, H200, float16 / bfloat16: 8192x5120 93.5 -> 85.2 / 110.3 -> 89.1 us, 2048x5120 32.1 -> 30.3 / 34.6
 // -> 31.7, 4096x6144 58.0 -> 56.8 / 64.5 -> 57.9, 4096x7168 64.4 -> 62.9 / 69.4 -> 64.4, 16384x2560 90.7 -> 88.1 /
@@ -533,7 +533,7 @@ inline RowPlan plan_layernorm_backward(int64_t rows, int64_t cols, bool aligned,
   const RowPlan p = plan_backward_rows(rows, cols, kPack16<T>, aligned, sms);
   if (sizeof(T) == 2 && wide && p.pack > 1 && p.per_thread > 0 && !p.few && (cols / p.pack) % p.group != 0) {
     const RowPlan w = plan_rows(rows, cols, kPack16<T>, aligned, sms, 32);
-    if (w.per_thread > 0 && !w.few && w.group >= kWideGroup) return w;
+    if (w.pack * w.per_thread == 32 && !w.few && w.group >= kWideGroup) return w;
   }
   if (sizeof(T) == 4 || (p.per_thread > 1 && p.rows_per_block == 1 && !p.few)) {
     const int group = std::is_same_v<T, __nv_bfloat16> ? kRowMaxThreads : kBackwardEvenGroup;
@@ -876,15 +876,6 @@ inline size_t backward_shared_bytes(const RowPlan& p, int64_t cols, int count) {
   return std::max(sums, staged);
 }
 
-// Whether this device stages 2-byte rows at 4 packs a thread in blocks of 256 (plan_layernorm_backward's `wide`):
-// compute capability 8.0 and later, with shared memory for two such blocks an SM (64 KB each, BackwardRows, and their
-// static and reserved memory), as registers allow (128 a thread): A100, H100, H200, not GPUs of 100 KB an SM.
-inline bool stages_wide_rows() {
-  constexpr int staged = 2 * 2 * 4 * kRowBlockThreads * 16, extra = 2 * 1024;
-  return compute_major() >= 8 &&
-         device_attribute<cudaDevAttrMaxSharedMemoryPerMultiprocessor>() >= 2 * (staged + extra);
-}
-
 // Whether this device runs a norm backward's variant staged (Staged, `staged` bytes of dynamic shared memory) rather
 // than with its rows in registers (Plain, `plain` bytes): on compute capability 8.0 and later, where a block may have
 // that much shared memory and an SM still holds as many blocks as without it. H100 and H200 (228 KB an SM) stage every
@@ -908,6 +899,24 @@ inline bool stages_rows(const RowPlan& p, size_t staged, size_t plain) {
     return false;
   }
   return with >= 1 && with >= without;
+}
+
+// Whether this device runs Staged rather than Plain, the twins of a norm backward's variant <N, PER, S> (SUMS running
+// sums, `count` column sums) in blocks of `threads` holding one row (stages_rows), asked once per device. layernorm's
+// `wide` plan (plan_layernorm_backward) asks it of its <8, 4> variants at 256 threads: true on A100, H100 and H200;
+// false on GPUs of 100 KB an SM, where the staged block fits but an SM would hold fewer of them than of the twin,
+// whose bfloat16 spills.
+template <auto Staged, auto Plain, int N, int PER, Sums S, int SUMS>
+inline bool stages_at(int threads, int count) {
+  static int cached[64] = {};  // per device (cache_slot): 0 not asked yet, 1 yes, 2 no
+  const int slot = cache_slot();
+  if (cached[slot] == 0) {
+    RowPlan p;
+    p.group = threads;
+    const size_t staged = backward_shared_bytes<N, PER, S, SUMS, true>(p, 0, count);
+    cached[slot] = stages_rows<Staged, Plain>(p, staged, backward_shared_bytes<N, PER, S, SUMS>(p, 0, count)) ? 1 : 2;
+  }
+  return cached[slot] == 1;
 }
 
 // Calls go(kernel, smem) for a norm backward's variant <N, PER, S> (SUMS running sums, `count` column sums):

@@ -104,12 +104,23 @@ __global__ void __launch_bounds__(three_blocks<N, PER, S>() ? kl::kRowBlockThrea
   }
 }
 
+// Whether this device stages 2-byte rows at 4 packs a thread in blocks of 256 (kl::plan_layernorm_backward's `wide`).
+template <typename T>
+bool stages_wide_rows() {
+  if constexpr (sizeof(T) == 2) {
+    constexpr auto kOneRow = kl::Sums::kOneRow;
+    return kl::stages_at<&layernorm_backward_kernel<T, 8, 4, kOneRow, true>,
+                         &layernorm_backward_kernel<T, 8, 4, kOneRow, false>, 8, 4, kOneRow, 4>(kl::kRowBlockThreads, 2);
+  }
+  return false;
+}
+
 template <typename T>
 kl::RowPlan plan(const T* dy, const T* x, const T* w, const T* dx, const T* dw, const T* db, int64_t rows,
                  int64_t cols) {
   const bool aligned = kl::aligned16(dy) && kl::aligned16(x) && kl::aligned16(w) && kl::aligned16(dx) &&
                        kl::aligned16(dw) && kl::aligned16(db);
-  return kl::plan_layernorm_backward<T>(rows, cols, aligned, kl::sm_count(), kl::stages_wide_rows());
+  return kl::plan_layernorm_backward<T>(rows, cols, aligned, kl::sm_count(), stages_wide_rows<T>());
 }
 
 template <typename T>

@@ -40,7 +40,7 @@ int main() {
   int plans = 0, bad = 0;
   // backward with the spread, backward without, forward, float32 norm forward, layernorm backward (pack 1: float32
   // unaligned, 4: float32, 8: float16), layernorm backward bfloat16; 6 and 7: layernorm's float16 and bfloat16 on a
-  // device that stages wide rows (kl::stages_wide_rows)
+  // device that stages wide rows (plan_layernorm_backward's `wide`)
   for (int sms : {108, 114, 132}) {
     for (int kind : {0, 1, 2, 3, 4, 5, 6, 7}) {
       const bool spread = kind == 0, backward = kind < 2 || kind >= 4, wide = kind >= 6;
