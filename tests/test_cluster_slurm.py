@@ -269,15 +269,20 @@ def test_bad_input_is_one_sentence(slurm, shared: Path, tmp_path: Path) -> None:
     assert r.returncode == 1 and "sbatch is not installed here" in r.stderr, r.stderr
 
 
+def queued_jobs() -> list[str]:
+    """The queue's job IDs (not its whole table: a running job's TIME column moves every second)."""
+    return sorted(subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout.split())
+
+
 def test_dry_run_prints_the_batch_scripts_and_submits_nothing(slurm, shared: Path) -> None:
-    before = subprocess.run(["squeue", "-h"], capture_output=True, text=True).stdout
+    before = queued_jobs()
     r = invoke("test", "--on", "slurm", "--cluster", str(profile(shared, "none", name="dry")), "--dry-run",
                "-k", "rmsnorm_cpu or softmax")
     assert r.returncode == 0, r.stderr
     assert r.stdout.count("#!/bin/bash") == 2 and "#SBATCH --gres=gpu:h100:1" in r.stdout
     assert "#SBATCH --array=0-2" in r.stdout  # rmsnorm_cpu, softmax, softmax_triton
     assert "nothing was converted or submitted" in r.stdout
-    assert subprocess.run(["squeue", "-h"], capture_output=True, text=True).stdout == before
+    assert queued_jobs() == before
 
 
 def test_resume_takes_over_a_run_whose_submitting_process_died(slurm, shared: Path, runs: list[Path],
