@@ -50,13 +50,15 @@ test-all: test test-full  ## before a release: `make test` plus the tier that bu
 
 test-full: test-full-images test-full-cluster  ## only the full tier: CUDA images, no-cache rebuilds, proxy and CA builds, recipe builds, the cluster's runs
 
-# The full tier's runs on the one-node Slurm: test-full-cluster runs them, test-full-images everything else.
-SLURM_FULL_TESTS := tests/test_cluster_slurm.py tests/test_recipe_profile_slurm.py
+# The full tier's runs on the one-node Slurm, and its tests that build no image (the CUDA sources compiled without a
+# GPU, the native watcher, the offline index): test-full-cluster runs them, test-full-images everything else.
+SLURM_FULL_TESTS := tests/test_cluster_slurm.py tests/test_recipe_profile_slurm.py tests/test_kernel_sources.py \
+	tests/test_watch.py tests/test_recipes_offline.py
 
 test-full-images: venv  ## the full tier but the one-node Slurm's runs (CI runs the two halves side by side)
 	$(BIN)/python -m pytest -m full $(addprefix --ignore=,$(SLURM_FULL_TESTS))
 
-test-full-cluster: venv  ## the full tier's runs on the one-node Slurm (tests/test_*slurm.py): no image is built
+test-full-cluster: venv  ## the full tier's runs on the one-node Slurm, and its tests that build no image
 	$(BIN)/python -m pytest -m full $(SLURM_FULL_TESTS)
 
 test-unit: venv lint  ## lint, types, and the tests that need neither an engine nor a GPU
