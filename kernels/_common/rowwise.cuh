@@ -519,13 +519,13 @@ constexpr int kBackwardEvenGroup = 512;
 // layernorm's `wide` plan (the device stages its 2-byte rows at 4 packs a thread in blocks of 256: stages_at): 2-byte
 // rows that plan_backward_rows spreads unevenly over its group (2560 to 7168 columns: 320 to 896 packs over 256 or 512
 // threads, or bfloat16's 1024 above) take plan_rows's 32 elements a thread instead, when that plan keeps them (not
-// spread to fewer for want of rows), over fewer threads (at least kWideGroup: a block of 256 then holds one row or two, Sums::kBlockRows compiled to 32 elements for layernorm: dispatch_backward's
-// WIDE). Its reduction of four sums then crosses fewer warps, and fewer threads sit idle. Spans of the backward kernel
-// and column_sums, H200, float16 / bfloat16: 8192x5120 93.5 -> 85.2 / 110.3 -> 89.1 us, 2048x5120 32.1 -> 30.3 / 34.6
-// -> 31.7, 4096x6144 58.0 -> 56.8 / 64.5 -> 57.9, 4096x7168 64.4 -> 62.9 / 69.4 -> 64.4, 16384x2560 90.7 -> 88.1 /
-// 100.1 -> 91.1, 8192x3072 54.5 -> 56.0 (+2.9%) / 59.3 -> 57.2. Not for even rows: 1024, 2048 and 4096 columns lost
-// 1-4% so. rmsnorm's two sums gained only at 5120 columns (-2% to -5%) and lost up to 4% at 2560 to 7168: it keeps
-// its plan.
+// spread to fewer for want of rows), over fewer threads (at least kWideGroup: a block of 256 then holds one row or two,
+// Sums::kBlockRows compiled to 32 elements for layernorm: dispatch_backward's WIDE). Its reduction of four sums then
+// crosses fewer warps, and fewer threads sit idle. Spans of the backward kernel and column_sums, H200, float16 /
+// bfloat16: 8192x5120 93.5 -> 85.2 / 110.3 -> 89.1 us, 2048x5120 32.1 -> 30.3 / 34.6 -> 31.7, 4096x6144 58.0 -> 56.8 /
+// 64.5 -> 57.9, 4096x7168 64.4 -> 62.9 / 69.4 -> 64.4, 16384x2560 90.7 -> 88.1 / 100.1 -> 91.1, 8192x3072 54.5 -> 56.0
+// (+2.9%) / 59.3 -> 57.2. Not for even rows: 1024, 2048 and 4096 columns lost 1-4% so. rmsnorm's two sums gained only
+// at 5120 columns (-2% to -5%) and lost up to 4% at 2560 to 7168: it keeps its plan.
 constexpr int kWideGroup = 128;
 
 template <typename T>

@@ -109,8 +109,9 @@ template <typename T>
 bool stages_wide_rows() {
   if constexpr (sizeof(T) == 2) {
     constexpr auto kOneRow = kl::Sums::kOneRow;
-    return kl::stages_at<&layernorm_backward_kernel<T, 8, 4, kOneRow, true>,
-                         &layernorm_backward_kernel<T, 8, 4, kOneRow, false>, 8, 4, kOneRow, 4>(kl::kRowBlockThreads, 2);
+    constexpr auto staged = &layernorm_backward_kernel<T, 8, 4, kOneRow, true>;
+    constexpr auto plain = &layernorm_backward_kernel<T, 8, 4, kOneRow, false>;
+    return kl::stages_at<staged, plain, 8, 4, kOneRow, 4>(kl::kRowBlockThreads, 2);
   }
   return false;
 }
