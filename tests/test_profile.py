@@ -128,8 +128,15 @@ def test_shapes_and_implementations_are_chosen_from_the_op() -> None:
         profile.choose_shape(spec, str(len(spec.bench_shapes)))
     with pytest.raises(ConfigError, match="the keys cols, rows"):
         profile.choose_shape(spec, "n=8")
-    with pytest.raises(ConfigError, match="k=v,k=v with integers"):
+    with pytest.raises(ConfigError, match="k=v,k=v or ROWSxCOLS with integers"):
         profile.choose_shape(spec, "rows=big")
+    # The sizes in the order of the op's keys, as file names and summaries write a shape.
+    assert profile.choose_shape(spec, "4096x1024") == {"rows": 4096, "cols": 1024}
+    assert profile.choose_shape(spec, "8X128") == {"rows": 8, "cols": 128}
+    with pytest.raises(ConfigError, match=r"softmax's shapes have 2 sizes \(rowsxcols\)"):
+        profile.choose_shape(spec, "4096x1024x3")
+    with pytest.raises(ConfigError, match="ROWSxCOLS with integers"):
+        profile.choose_shape(spec, "4096xbig")
     assert profile.choose_impls(spec, None) == [("kernellab", "candidate"), ("eager", "baseline"),
                                                 ("compile", "baseline")]
     assert profile.choose_impls(spec, ["eager"]) == [("eager", "baseline")]

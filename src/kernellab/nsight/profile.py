@@ -1,7 +1,7 @@
 """`invoke profile`: Nsight Compute on exactly the launches the benchmark times, candidates and baselines
 side by side; with `--trace`, a torch.profiler trace instead (no counters needed).
 
-    python -m kernellab.nsight.profile -k OP [--shape N|k=v,...] [--dtype D] [--impl NAME ...] [--set basic|full]
+    python -m kernellab.nsight.profile -k OP [--shape N|k=v,...|RxC] [--dtype D] [--impl NAME ...] [--set basic|full]
                                 [--kernel REGEX] [--trace] [--pass forward|backward|full] [--out DIR] [--kernels DIR]
 
 What the task runs, in the target's container or natively. For each implementation (a candidate or a
@@ -78,7 +78,9 @@ def _find(root: Path, name: str) -> OpSpec:
 
 
 def choose_shape(spec: OpSpec, shape: str | None) -> dict[str, int]:
-    """--shape: an index into the op's bench shapes, or `k=v,k=v`; default the first bench shape."""
+    """--shape: an index into the op's bench shapes, `k=v,k=v`, or the sizes in the order of the op's shape keys
+    joined by x (`4096x1024`: rows=4096, cols=1024, as file names and summaries write a shape); default the first
+    bench shape."""
     if shape is None:
         return dict(spec.bench_shapes[0])
     if shape.isdigit():
@@ -87,12 +89,21 @@ def choose_shape(spec: OpSpec, shape: str | None) -> dict[str, int]:
             raise ConfigError(f"--shape {shape}: {spec.name} has {len(spec.bench_shapes)} bench shapes "
                               f"(0 to {len(spec.bench_shapes) - 1}): {spec.bench_shapes}.")
         return dict(spec.bench_shapes[index])
+    keys = list(spec.bench_shapes[0])
     try:
-        pairs = dict(part.split("=", 1) for part in shape.split(","))
-        chosen = {k.strip(): int(v) for k, v in pairs.items()}
+        if "=" in shape:
+            pairs = dict(part.split("=", 1) for part in shape.split(","))
+            chosen = {k.strip(): int(v) for k, v in pairs.items()}
+        else:
+            sizes = [int(v) for v in shape.lower().split("x")]
+            if len(sizes) != len(keys):
+                raise ConfigError(f"--shape {shape!r}: {spec.name}'s shapes have {len(keys)} sizes "
+                                  f"({'x'.join(keys)}).")
+            chosen = dict(zip(keys, sizes))
     except ValueError:
-        raise ConfigError(f"--shape {shape!r}: give an index into the bench shapes or k=v,k=v with integers.") from None
-    want = set(spec.bench_shapes[0])
+        raise ConfigError(f"--shape {shape!r}: give an index into the bench shapes, k=v,k=v or "
+                          f"{'x'.join(k.upper() for k in keys)} with integers.") from None
+    want = set(keys)
     if set(chosen) != want:
         raise ConfigError(f"--shape {shape!r}: {spec.name}'s shapes have the keys {', '.join(sorted(want))}.")
     return chosen
@@ -292,7 +303,7 @@ def op_parser(prog: str, description: str) -> argparse.ArgumentParser:
     pass and implementations, a recipe's published system, where the run goes; --launch marks the profiled child."""
     parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("-k", dest="op", required=True, metavar="OP")
-    parser.add_argument("--shape", help="an index into the op's bench shapes, or k=v,k=v (default: the first)")
+    parser.add_argument("--shape", help="an index into the op's bench shapes, k=v,k=v, or 4096x1024 (default: the first)")
     parser.add_argument("--dtype", help="default: the op's first bench dtype")
     parser.add_argument("--impl", action="append", help="only this candidate or baseline (repeatable)")
     parser.add_argument("--system", help="a recipe's offer of baselines (JSON; `invoke profile --against` writes it)")
