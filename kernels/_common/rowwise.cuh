@@ -176,15 +176,17 @@ void dispatch_per_thread(int per_thread, F&& f) {
 }
 
 // Whether a forward keeping PER packs of N T's a thread holds a row-long vector (RowVector) in registers only
-// when the rows are few (RowPlan::few): float32 at 4 packs of 16 bytes (unaligned float32 rows, one element a pack,
-// ask it into L2 instead: unmeasured). Its kernel then comes in two variants, FEW or not, so
-// that the many-rows one keeps no registers for it (layernorm's <float, 4, 4>: 46 registers instead of 64; when one
-// kernel chose at run time, those were reserved at any row count). Not 2-byte types: held in a kernel that served
-// both, their 4 packs lost 3-16% at many rows (8192x5120 fp16 layernorm: 58.7 -> 68.0 us on the H100); a variant of
-// their own for few rows has not been measured.
+// when the rows are few (RowPlan::few): at 4 packs of 16 bytes (unaligned rows, one element a pack, ask it into L2
+// instead: unmeasured). Its kernel then comes in two variants, FEW or not, so that the many-rows one keeps no
+// registers for it (layernorm's <float, 4, 4>: 46 registers instead of 64; when one kernel chose at run time, those
+// were reserved at any row count; 2-byte types held in a kernel that served both lost 3-16% at many rows, 8192x5120
+// fp16 layernorm 58.7 -> 68.0 us on the H100). 2-byte types take it at 8200 to 16384 columns (512 threads of 4 packs,
+// where the few rows stop spreading): before, their weight came from L2 after the row's reduction. Kernel spans, H200
+// (median of 40, L2 flushed), 2 rows of 16384: rmsnorm float16 3.30 -> 2.72 us, bfloat16 3.31 -> 2.74; layernorm
+// 3.65 -> 3.10 and 3.81 -> 2.94 (Liger-Kernel's 2.46, 2.74, 3.04, 3.14); many rows unchanged (the other variant).
 template <typename T, int N, int PER>
 constexpr bool holds_vector_when_few() {
-  return sizeof(T) == 4 && N == 4 && PER == 4;
+  return PER == 4 && N * sizeof(T) == 16;
 }
 
 // Calls f(n, per, few) with the plan's pack size, packs per thread and whether the vector is held for few rows
@@ -336,7 +338,7 @@ __device__ __forceinline__ bool few_blocks() {
 
 // A row-long vector every row uses (a weight, a bias): with few packs per thread (short rows, or few rows
 // spread over many threads) loaded into registers up front, its latency (from DRAM, the first time) then
-// hidden behind the row's reductions; at 4 float32 packs a thread also when the rows are few (FEW: the kernel's
+// hidden behind the row's reductions; at 4 packs of 16 bytes a thread also when the rows are few (FEW: the kernel's
 // variant for a plan with RowPlan::few, holds_vector_when_few; decoding: one row per SM, nothing else to wait on;
 // 4 rows of 8192 float32 on the H100: layernorm 3.80 -> 3.14 us, rmsnorm 3.25 -> 2.77 us); else loaded where
 // used (from L1 or L2: other rows brought it there), and asked into L2 up front when the rows are few.
