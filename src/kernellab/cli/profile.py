@@ -38,7 +38,7 @@ def _positive(flag: str, value: Any, kind: Callable[[str], Any]) -> Any:
 
 @task(place=True, iterable=["impl"], help={
     "k": f"the op to profile: {_OP}", "kernels": _KERNELS,
-    "shape": "an index into the op's bench shapes, or k=v,k=v (default: the first bench shape)",
+    "shape": "an index into the op's bench shapes, k=v,k=v, or the sizes as 4096x1024 (default: the first bench shape)",
     "dtype": "the dtype (default: the op's first bench dtype)",
     "impl": "only this candidate or baseline (repeatable; default: all of them)",
     "set": "Nsight Compute's section set: basic (plus warp stalls) or full",
