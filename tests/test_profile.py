@@ -133,8 +133,10 @@ def test_shapes_and_implementations_are_chosen_from_the_op() -> None:
     # The sizes in the order of the op's keys, as file names and summaries write a shape.
     assert profile.choose_shape(spec, "4096x1024") == {"rows": 4096, "cols": 1024}
     assert profile.choose_shape(spec, "8X128") == {"rows": 8, "cols": 128}
-    with pytest.raises(ConfigError, match=r"softmax's shapes have 2 sizes \(rowsxcols\)"):
+    with pytest.raises(ConfigError, match=r"softmax's shapes have 2 sizes \(ROWSxCOLS\)"):
         profile.choose_shape(spec, "4096x1024x3")
+    with pytest.raises(ConfigError, match="every size must be at least 1"):
+        profile.choose_shape(spec, "0x1024")
     with pytest.raises(ConfigError, match="ROWSxCOLS with integers"):
         profile.choose_shape(spec, "4096xbig")
     assert profile.choose_impls(spec, None) == [("kernellab", "candidate"), ("eager", "baseline"),

@@ -90,6 +90,7 @@ def choose_shape(spec: OpSpec, shape: str | None) -> dict[str, int]:
                               f"(0 to {len(spec.bench_shapes) - 1}): {spec.bench_shapes}.")
         return dict(spec.bench_shapes[index])
     keys = list(spec.bench_shapes[0])
+    form = "x".join(k.upper() for k in keys)
     try:
         if "=" in shape:
             pairs = dict(part.split("=", 1) for part in shape.split(","))
@@ -97,15 +98,16 @@ def choose_shape(spec: OpSpec, shape: str | None) -> dict[str, int]:
         else:
             sizes = [int(v) for v in shape.lower().split("x")]
             if len(sizes) != len(keys):
-                raise ConfigError(f"--shape {shape!r}: {spec.name}'s shapes have {len(keys)} sizes "
-                                  f"({'x'.join(keys)}).")
+                raise ConfigError(f"--shape {shape!r}: {spec.name}'s shapes have {len(keys)} sizes ({form}).")
             chosen = dict(zip(keys, sizes))
     except ValueError:
-        raise ConfigError(f"--shape {shape!r}: give an index into the bench shapes, k=v,k=v or "
-                          f"{'x'.join(k.upper() for k in keys)} with integers.") from None
+        raise ConfigError(f"--shape {shape!r}: give an index into the bench shapes, k=v,k=v or {form} with "
+                          "integers.") from None
     want = set(keys)
     if set(chosen) != want:
         raise ConfigError(f"--shape {shape!r}: {spec.name}'s shapes have the keys {', '.join(sorted(want))}.")
+    if any(v < 1 for v in chosen.values()):
+        raise ConfigError(f"--shape {shape!r}: every size must be at least 1.")
     return chosen
 
 
