@@ -328,3 +328,21 @@ def test_a_container_gets_the_hosts_nsight_compute_read_only_and_no_extra_privil
     assert argv[argv.index("--user") + 1] == "1000:1000"
     assert "--privileged" not in argv and not any(a.startswith("--cap-add") for a in argv)
     assert f"{tools.HOST_NCU}/ncu" in tools.TOOLS["ncu"].folders  # found there when the image has none
+
+
+def test_the_task_answers_a_bad_shape_or_dtype_before_anything_runs() -> None:
+    from invoke import Exit
+
+    from kernellab.cli import profile as task_module
+    from places_fixtures import RecordingPlace, context
+
+    place = RecordingPlace()
+    with pytest.raises(Exit, match=r"--shape '4096xbig': give an index into the bench shapes") as e:
+        task_module.profile.body(context(place), k="softmax", shape="4096xbig")
+    assert e.value.code == 2
+    with pytest.raises(Exit, match="--dtype float64: softmax supports float32, float16, bfloat16"):
+        task_module.profile.body(context(place), k="softmax", dtype="float64")
+    assert place.jobs == []  # nothing started
+    task_module.profile.body(context(place), k="softmax", shape="4096x1024", dtype="float16")
+    argv = place.job.argv
+    assert argv[argv.index("--shape") + 1] == "4096x1024" and argv[argv.index("--dtype") + 1] == "float16"

@@ -8,8 +8,9 @@ from typing import Any, Callable
 from .. import jobs
 from ..errors import UsageError
 from ..nsight.ncu import SETS
+from ..nsight.profile import choose_dtype, choose_shape
 from ..nsight.sanitize import TOOLS
-from ..ops.spec import KERNELS, find_op
+from ..ops.spec import KERNELS, find_op, parse_spec
 from ..places import Flags
 from . import run_job, task
 from .bench import WHEELHOUSE_HELP, refuse_wheelhouse, run_against
@@ -18,11 +19,12 @@ _OP = "its name, or an expression matching one op (like pytest -k)"
 _KERNELS = "another kernels folder (for a container: one inside the repository)"
 
 
-def _one_op(k: str | None, kernels: str | None, task_name: str) -> str:
-    """The op -k selects, answered before a container starts (a typo, or several matches, is one sentence)."""
+def _one_op(k: str | None, kernels: str | None, task_name: str) -> Path:
+    """The folder of the op -k selects, answered before a container starts (a typo, or several matches, is one
+    sentence)."""
     if not k:
         raise UsageError(f"name the op: `invoke {task_name} -k OP`.")
-    return find_op(Path(kernels).resolve() if kernels else KERNELS, k).name
+    return find_op(Path(kernels).resolve() if kernels else KERNELS, k)
 
 
 def _positive(flag: str, value: Any, kind: Callable[[str], Any]) -> Any:
@@ -69,7 +71,10 @@ def profile(c: Any, k: str | None = None, shape: str | None = None, dtype: str |
         raise UsageError(f"--pass {pass_}: use forward, backward or full.")
     n_calls = None if calls is None else _positive("--calls", calls, int)
     limit = None if seconds is None else _positive("--seconds", seconds, float)
-    op = _one_op(k, kernels, "profile")
+    folder = _one_op(k, kernels, "profile")
+    op, spec = folder.name, parse_spec(folder / "op.toml")
+    choose_shape(spec, shape)  # a typo answered before a container starts
+    choose_dtype(spec, dtype)
 
     def make(system: str | None = None) -> jobs.Job:
         return jobs.profile(op, set=set, shape=shape, dtype=dtype, impl=impl, kernel=kernel, trace=trace,
@@ -93,4 +98,4 @@ def sanitize(c: Any, k: str | None = None, tool: str = "memcheck", kernels: str 
         raise UsageError(f"unknown --tool {tool!r}; use one of {', '.join(TOOLS)} or all.")
     if pass_ not in ("forward", "backward", "all"):
         raise UsageError(f"--pass {pass_}: use forward, backward or all.")
-    run_job(c, jobs.sanitize(_one_op(k, kernels, "sanitize"), tool=tool, kernels=kernels, which=pass_), where)
+    run_job(c, jobs.sanitize(_one_op(k, kernels, "sanitize").name, tool=tool, kernels=kernels, which=pass_), where)

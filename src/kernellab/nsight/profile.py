@@ -111,15 +111,22 @@ def choose_shape(spec: OpSpec, shape: str | None) -> dict[str, int]:
     return chosen
 
 
+def choose_dtype(spec: OpSpec, dtype: str | None) -> str:
+    """--dtype: one the op supports; default its first bench dtype."""
+    chosen = dtype or spec.bench_dtypes[0]
+    if chosen not in spec.dtypes:
+        raise ConfigError(f"--dtype {chosen}: {spec.name} supports {', '.join(spec.dtypes)}.")
+    return chosen
+
+
 def choose_case(spec: OpSpec, shape: str | None, dtype: str | None, torch: Any) -> tuple[dict[str, int], str]:
-    """The shape and dtype of the call to profile (after checking that a GPU is here, which both need)."""
+    """The shape and dtype of the call to profile, then a check that a GPU is here (the input first: a typo is
+    answered anywhere)."""
+    chosen = choose_shape(spec, shape), choose_dtype(spec, dtype)
     if not torch.cuda.is_available():
         raise ProfileError("no GPU is visible here: profile on the GPU machine, natively or in a target whose "
                            "container gets the GPU (`invoke doctor` shows how it is passed).")
-    chosen_dtype = dtype or spec.bench_dtypes[0]
-    if chosen_dtype not in spec.dtypes:
-        raise ConfigError(f"--dtype {chosen_dtype}: {spec.name} supports {', '.join(spec.dtypes)}.")
-    return choose_shape(spec, shape), chosen_dtype
+    return chosen
 
 
 def choose_impls(spec: OpSpec, wanted: Sequence[str] | None, system: str | None = None,
