@@ -133,6 +133,10 @@ def test_shapes_and_implementations_are_chosen_from_the_op() -> None:
     # The sizes in the order of the op's keys, as file names and summaries write a shape.
     assert profile.choose_shape(spec, "4096x1024") == {"rows": 4096, "cols": 1024}
     assert profile.choose_shape(spec, "8X128") == {"rows": 8, "cols": 128}
+    assert list(profile.choose_shape(spec, "cols=128, rows=8")) == ["rows", "cols"]  # the file name's order
+    assert profile.choose_shape(spec, " 1 ") == spec.bench_shapes[1]
+    matmul = parse_spec(KERNELS / "matmul" / "op.toml")
+    assert list(profile.choose_shape(matmul, "64x32x16").values()) == [64, 32, 16]
     with pytest.raises(ConfigError, match=r"softmax's shapes have 2 sizes \(ROWSxCOLS\)"):
         profile.choose_shape(spec, "4096x1024x3")
     with pytest.raises(ConfigError, match="every size must be at least 1"):

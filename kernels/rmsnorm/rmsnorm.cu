@@ -63,7 +63,8 @@ cudaError_t launch(const T* x, const T* w, T* y, int64_t rows, int64_t cols, flo
   kl::dispatch_forward<T>(plan, [&](auto n, auto per, auto few) {
     constexpr int N = decltype(n)::value, PER = decltype(per)::value;
     constexpr bool FEW = decltype(few)::value;
-    if constexpr (std::is_same_v<T, __nv_bfloat16> && N * PER == 32) {
+    // A handful of rows (FEW) are spread over 512 threads a row: never in blocks of kHeldThreads.
+    if constexpr (std::is_same_v<T, __nv_bfloat16> && N * PER == 32 && !FEW) {
       if (plan.threads() <= kHeldThreads) {
         return kl::launch_rows<&rmsnorm_kernel<T, N, PER, FEW, kHeld48>>(plan, rows, stream, x, w, y, rows, cols, eps);
       }

@@ -78,11 +78,11 @@ def _find(root: Path, name: str) -> OpSpec:
 
 
 def choose_shape(spec: OpSpec, shape: str | None) -> dict[str, int]:
-    """--shape: an index into the op's bench shapes, `k=v,k=v`, or the sizes in the order of the op's shape keys
-    joined by x (`4096x1024`: rows=4096, cols=1024, as file names and summaries write a shape); default the first
-    bench shape."""
+    """--shape: an index into the op's bench shapes, `k=v,k=v`, or the sizes in the order of the op's keys joined by
+    x (`4096x1024`: rows=4096, cols=1024, as file names write a shape); default the first bench shape."""
     if shape is None:
         return dict(spec.bench_shapes[0])
+    shape = shape.strip()
     if shape.isdigit():
         index = int(shape)
         if index >= len(spec.bench_shapes):
@@ -108,7 +108,7 @@ def choose_shape(spec: OpSpec, shape: str | None) -> dict[str, int]:
         raise ConfigError(f"--shape {shape!r}: {spec.name}'s shapes have the keys {', '.join(sorted(want))}.")
     if any(v < 1 for v in chosen.values()):
         raise ConfigError(f"--shape {shape!r}: every size must be at least 1.")
-    return chosen
+    return {k: chosen[k] for k in keys}  # in the op's order, as file names write it
 
 
 def choose_dtype(spec: OpSpec, dtype: str | None) -> str:
