@@ -182,9 +182,9 @@ void dispatch_per_thread(int per_thread, F&& f) {
 // were reserved at any row count; 2-byte types held in a kernel that served both lost 3-16% at many rows, 8192x5120
 // fp16 layernorm 58.7 -> 68.0 us on the H100). 2-byte types take it at 8200 to 16384 aligned columns and fewer rows
 // than SMs (512 threads of 4 packs, where such rows stop spreading): before, their weight came from L2 after the
-// row's reduction. Kernel spans, H200
-// (median of 40, L2 flushed), 2 rows of 16384: rmsnorm float16 3.30 -> 2.72 us, bfloat16 3.31 -> 2.74; layernorm
-// 3.65 -> 3.10 and 3.81 -> 2.94 (Liger-Kernel's 2.46, 2.74, 3.04, 3.14); many rows unchanged (the other variant).
+// row's reduction. Kernel spans, H200 (median of 40, L2 flushed), 2 rows of 16384: rmsnorm float16 3.30 -> 2.72 us,
+// bfloat16 3.31 -> 2.74; layernorm 3.65 -> 3.10 and 3.81 -> 2.94 (Liger-Kernel's 2.46, 2.74, 3.04, 3.14); many rows
+// unchanged (the other variant).
 template <typename T, int N, int PER>
 constexpr bool holds_vector_when_few() {
   return PER == 4 && N * sizeof(T) == 16;
