@@ -1,16 +1,20 @@
-"""Kernel A/B: the GPU time of one op's kernels in two versions of kernels/, side by side. What a kernel writer asks
-after an edit, before a full bench: which kernels got faster, at which shapes, by how much.
+"""Kernel A/B: the GPU time of one op's kernels in two versions of kernels/ (or more), side by side. What a kernel
+writer asks after an edit, before a full bench: which kernels got faster, at which shapes, by how much.
 
     python benchmarks/kernel_ab.py -k layernorm [--pass backward] [--base HEAD] [--shapes 4x8192,16384x1024]
-                                   [--dtypes float32,float16] [--calls 30] [--json PATH]
+                                   [--dtypes float32,float16] [--calls 30] [--also TREE]... [--rounds 2] [--json PATH]
 
 `--base` is a git revision (its kernels/ taken with `git archive`) or a folder holding a kernels/ tree; the other
-side is this checkout's kernels/. Each side is built and timed in a process of its own (both build at once), and
-each (shape, dtype) is timed with torch.profiler: the L2 flushed before every call, the kernels' device time
-summed per call (launch overhead is not in it), `--calls` calls; for an op of several kernels also each call's
-span, its first kernel's start to its last one's end (the gaps between them in, overlaps counted once). Each side's
-result is checked against the reference first (forward: the output; backward: every gradient), and its largest error
-printed beside its time.
+side is this checkout's kernels/. `--also` (repeatable, a revision or a folder as --base) adds more versions, a
+column each with its change against the base: scratch copies of the kernels, one idea each, compared in one run.
+Each version is built and timed in a process of its own (all build at once, then each is timed alone), and each
+(shape, dtype) is timed with torch.profiler: the L2 flushed before every call, the kernels' device time summed per
+call (launch overhead is not in it), `--calls` calls; for an op of several kernels also each call's span, its first
+kernel's start to its last one's end (the gaps between them in, overlaps counted once). `--rounds N` times every
+version N times in turn and keeps each case's least time (and least span), so that a drift of the GPU's clocks
+during the run falls on every version alike. Each version's result is checked against the reference first
+(forward: the output; backward: every gradient), and its largest error printed beside its time: a scratch copy that
+skips work (a bound, not a fix) shows it there.
 The shapes default to the op's bench_shapes, the dtypes to its bench_dtypes. Needs a GPU.
 """
 from __future__ import annotations
@@ -24,7 +28,7 @@ import tarfile
 import tempfile
 from io import BytesIO
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -102,15 +106,16 @@ def parse_shapes(text: str) -> list[dict[str, int]]:
     return shapes
 
 
-def export_base(base: str, into: Path) -> Path:
-    """A folder holding the base's kernels/: `base` itself when it is one, else that git revision's kernels/."""
+def export_base(base: str, into: Path, flag: str = "--base") -> Path:
+    """A folder holding the base's kernels/: `base` itself when it is one, else that git revision's kernels/
+    (extracted into `into`); `flag` names the argument in the error."""
     folder = Path(base)
     if (folder / "kernels").is_dir():
         return folder
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", base, "kernels"],
                              capture_output=True)
     if archive.returncode != 0:
-        raise SystemExit(f"--base {base}: neither a folder with kernels/ nor a git revision that has kernels/ "
+        raise SystemExit(f"{flag} {base}: neither a folder with kernels/ nor a git revision that has kernels/ "
                          f"({archive.stderr.decode(errors='replace').strip()})")
     with tarfile.open(fileobj=BytesIO(archive.stdout)) as tar:
         tar.extractall(into, filter="data") if hasattr(tarfile, "data_filter") else tar.extractall(into)
@@ -123,24 +128,48 @@ def short_name(kernel: str) -> str:
     return name.split("<")[0].split("(")[0]
 
 
-def table(base: list[dict[str, Any]], new: list[dict[str, Any]]) -> str:
-    """Markdown: per case, each side's kernel time (and kernels), the change, and each side's largest error."""
-    lines = ["| rows x cols | dtype | base | this checkout | change | max error (base / this) |",
-             "|---|---|---|---|---|---|"]
-    for a, b in zip(base, new):
-        def cell(r: dict[str, Any]) -> str:
-            if len(r["kernels"]) <= 1:
-                return f"{r['us']:.2f} us"
-            parts = " + ".join(f"{short_name(k)} {v:.2f}" for k, v in r["kernels"].items())
-            span = f"; span {r['span_us']:.2f}" if r.get("span_us") else ""
-            return f"{r['us']:.2f} us ({parts}{span})"
-        change = f"{(b['us'] / a['us'] - 1) * 100:+.1f}%" if a["us"] else "n/a"
+def table(base: list[dict[str, Any]], new: list[dict[str, Any]],
+          others: Sequence[tuple[str, list[dict[str, Any]]]] = ()) -> str:
+    """Markdown: per case, each side's kernel time (and kernels), the change, and each side's largest error; each of
+    `others` (label, records) a column more, with its change against the base."""
+    extra = "".join(f" {label} | change |" for label, _ in others)
+    errors = "".join(f" / {label}" for label, _ in others)
+    lines = [f"| rows x cols | dtype | base | this checkout | change |{extra} max error (base / this{errors}) |",
+             "|---|---|---|---|---|" + "---|---|" * len(others) + "---|"]
+
+    def cell(r: dict[str, Any]) -> str:
+        if len(r["kernels"]) <= 1:
+            return f"{r['us']:.2f} us"
+        parts = " + ".join(f"{short_name(k)} {v:.2f}" for k, v in r["kernels"].items())
+        span = f"; span {r['span_us']:.2f}" if r.get("span_us") else ""
+        return f"{r['us']:.2f} us ({parts}{span})"
+
+    def change(a: dict[str, Any], b: dict[str, Any]) -> str:
+        out = f"{(b['us'] / a['us'] - 1) * 100:+.1f}%" if a["us"] else "n/a"
         if (len(a["kernels"]) > 1 or len(b["kernels"]) > 1) and a.get("span_us") and b.get("span_us"):
-            change += f" (span {(b['span_us'] / a['span_us'] - 1) * 100:+.1f}%)"  # first start to last end, per call
+            out += f" (span {(b['span_us'] / a['span_us'] - 1) * 100:+.1f}%)"  # first start to last end, per call
+        return out
+
+    for i, (a, b) in enumerate(zip(base, new)):
+        more = [records[i] for _, records in others]
         shape = f"{a['shape']['rows']}x{a['shape']['cols']}"
-        lines.append(f"| {shape} | {a['dtype']} | {cell(a)} | {cell(b)} | {change} | "
-                     f"{a['max_error']:.3g} / {b['max_error']:.3g} |")
+        cells = "".join(f" {cell(r)} | {change(a, r)} |" for r in more)
+        errs = " / ".join(f"{r['max_error']:.3g}" for r in (a, b, *more))
+        lines.append(f"| {shape} | {a['dtype']} | {cell(a)} | {cell(b)} | {change(a, b)} |{cells} {errs} |")
     return "\n".join(lines)
+
+
+def best_of(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One version's records over several rounds: per case the round of least kernel time, its span the least of the
+    rounds' (when each round has one)."""
+    out = []
+    for records in zip(*rounds):
+        best = dict(min(records, key=lambda r: r["us"]))
+        spans = [r.get("span_us") for r in records]
+        if all(spans):
+            best["span_us"] = min(spans)
+        out.append(best)
+    return out
 
 
 def measure(tree: Path, op: str, which: str, calls: int, cases: list) -> subprocess.Popen:
@@ -164,10 +193,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--shapes", help="ROWSxCOLS,... (default: the op's bench_shapes)")
     ap.add_argument("--dtypes", help="dtype,... (default: the op's bench_dtypes)")
     ap.add_argument("--calls", type=int, default=30, help="timed calls per case (at least 1)")
-    ap.add_argument("--json", type=Path, help="also write both sides' records here")
+    ap.add_argument("--also", action="append", default=[], metavar="TREE",
+                    help="one more version to time beside them (repeatable): a revision or a folder holding kernels/")
+    ap.add_argument("--rounds", type=int, default=1, help="time every version this many times in turn; keep the best")
+    ap.add_argument("--json", type=Path, help="also write every version's records here")
     args = ap.parse_args(argv)
     if args.calls < 1:
         raise SystemExit("--calls: at least 1.")
+    if args.rounds < 1:
+        raise SystemExit("--rounds: at least 1.")
     sys.path.insert(0, str(ROOT / "src"))
     from kernellab.errors import ConfigError
     from kernellab.ops import spec as opspec
@@ -180,27 +214,36 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(str(e)) from None
     if args.which == "backward" and spec.backward is None:
         raise SystemExit(f"{args.op} has no backward (no [backward] in its op.toml): use --pass forward.")
-    import torch
-
-    if not torch.cuda.is_available():
-        raise SystemExit(f"kernel_ab times GPU kernels: torch {torch.__version__} sees no GPU here.")
     shapes = parse_shapes(args.shapes) if args.shapes else list(spec.bench_shapes)
     dtypes = args.dtypes.split(",") if args.dtypes else list(spec.bench_dtypes)
     cases = [[shape, dtype] for shape in shapes for dtype in dtypes]
     with tempfile.TemporaryDirectory(prefix="kernel-ab-") as tmp:
-        trees = {f"--base {args.base}": export_base(args.base, Path(tmp)), "this checkout": ROOT}
-        # Both sides build at once; then each is timed alone, so that neither shares the GPU with the other.
+        # Every version's kernels/ first (a bad revision is one sentence on any machine), then the GPU.
+        trees = {f"--base {args.base}": export_base(args.base, Path(tmp) / "base"), "this checkout": ROOT}
+        for i, also in enumerate(args.also):
+            trees[f"--also {also}"] = export_base(also, Path(tmp) / f"also{i}", "--also")
+        import torch
+
+        if not torch.cuda.is_available():
+            raise SystemExit(f"kernel_ab times GPU kernels: torch {torch.__version__} sees no GPU here.")
+        # Every version builds at once; then each is timed alone, so that none shares the GPU with another.
         builds = {side: measure(tree, args.op, args.which, 0, cases) for side, tree in trees.items()}
         for side, proc in builds.items():
             collect(proc, side)
-        base, new = (collect(measure(tree, args.op, args.which, args.calls, cases), side)
-                     for side, tree in trees.items())
+        rounds: dict[str, list[list[dict[str, Any]]]] = {side: [] for side in trees}
+        for _ in range(args.rounds):
+            for side, tree in trees.items():
+                rounds[side].append(collect(measure(tree, args.op, args.which, args.calls, cases), side))
+    base, new, *more = (best_of(r) for r in rounds.values())
+    others = list(zip(args.also, more))
+    also = "".join(f", {a}" for a in args.also)
+    best = f"; the least of {args.rounds} rounds, the versions in turn" if args.rounds > 1 else ""
     print(f"{args.op} {args.which}: kernel time per call (torch.profiler, L2 flushed), base {args.base} against "
-          f"this checkout\n")
-    print(table(base, new))
+          f"this checkout{also}{best}\n")
+    print(table(base, new, others))
     if args.json:
-        args.json.write_text(json.dumps({"op": args.op, "pass": args.which, "base": args.base,
-                                         "sides": {"base": base, "this": new}}, indent=1))
+        args.json.write_text(json.dumps({"op": args.op, "pass": args.which, "base": args.base, "rounds": args.rounds,
+                                         "sides": {"base": base, "this": new, "also": dict(others)}}, indent=1))
 
 
 if __name__ == "__main__":

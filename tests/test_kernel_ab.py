@@ -65,10 +65,42 @@ def test_a_case_of_several_kernels_also_shows_each_calls_span_and_its_change() -
                    "1.9e-06 / 1.9e-06 |")
 
 
+def test_more_versions_are_a_column_each_with_their_change_against_the_base() -> None:
+    def side(us: float, error: float) -> dict:
+        return {"shape": {"rows": 4096, "cols": 4096}, "dtype": "float16", "us": us,
+                "kernels": {"void (anonymous namespace)::layernorm_backward_kernel<__half, 8, 1>(...)": us},
+                "max_error": error}
+
+    lines = kernel_ab.table([side(41.06, 0.0078)], [side(37.04, 0.0078)],
+                            [(".scratch/e1", [side(34.56, 741.0)]), ("HEAD~3", [side(45.17, 0.0078)])]).splitlines()
+    assert lines[0] == ("| rows x cols | dtype | base | this checkout | change | .scratch/e1 | change | HEAD~3 "
+                        "| change | max error (base / this / .scratch/e1 / HEAD~3) |")
+    assert lines[1].count("|") == lines[0].count("|")
+    # A version whose result is wrong shows it beside its time: a scratch copy that skips work is a bound, not a win.
+    assert lines[2] == ("| 4096x4096 | float16 | 41.06 us | 37.04 us | -9.8% | 34.56 us | -15.8% | 45.17 us | +10.0% "
+                        "| 0.0078 / 0.0078 / 741 / 0.0078 |")
+
+
+def test_rounds_keep_each_cases_least_time_and_least_span() -> None:
+    def rec(us: float, span: float | None) -> dict:
+        return {"shape": {"rows": 4, "cols": 8192}, "dtype": "float32", "us": us, "span_us": span,
+                "kernels": {"a": us / 2, "b": us / 2}, "max_error": 0.0}
+
+    first = [rec(5.0, 6.5), rec(9.0, 9.9)]
+    second = [rec(5.4, 6.1), rec(8.0, None)]
+    best = kernel_ab.best_of([first, second])
+    assert [r["us"] for r in best] == [5.0, 8.0]
+    assert best[0]["span_us"] == 6.1  # the least span of the rounds, though another round had the least time
+    assert best[1]["span_us"] is None  # a round without a span: that round's record as it was
+    assert first[0]["span_us"] == 6.5  # the rounds' own records are left as they were
+
+
 @pytest.mark.parametrize("argv, message", [
     (["-k", "no_such_op"], r"-k no_such_op: no such op; ops: .*layernorm"),
     (["-k", "vector_add", "--pass", "backward"], r"vector_add has no backward"),
     (["-k", "layernorm", "--calls", "0"], r"--calls: at least 1"),
+    (["-k", "layernorm", "--rounds", "0"], r"--rounds: at least 1"),
+    (["-k", "layernorm", "--also", "no-such-rev"], r"--also no-such-rev: neither a folder with kernels/ nor a git"),
 ])
 def test_bad_arguments_are_one_sentence(argv: list[str], message: str) -> None:
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "kernel_ab.py"), *argv], capture_output=True,
