@@ -202,6 +202,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("--calls: at least 1.")
     if args.rounds < 1:
         raise SystemExit("--rounds: at least 1.")
+    args.also = list(dict.fromkeys(args.also))  # a version named twice is timed once
     sys.path.insert(0, str(ROOT / "src"))
     from kernellab.errors import ConfigError
     from kernellab.ops import spec as opspec
