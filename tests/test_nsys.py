@@ -68,8 +68,28 @@ def test_calls_of_an_implementation_are_the_call_ranges_inside_its_own() -> None
     assert s["gpu_us_per_call"] == pytest.approx((40 + 20 + 90) / 2 / 1e3)
     assert s["copies_per_call"] == 0.5 and s["copy_bytes_per_call"] == 32
     assert s["first_kernel_us"] == pytest.approx(((20 - 10) + (210 - 200)) / 2 / 1e3)  # call start to its first kernel
-    assert mine.median_call() == 1                     # 90 ns of kernels against 60
+    assert mine.median_call() == 1                     # 200 ns of wall time against 90
     assert [k.name for k in timeline.calls_of(cap, "theirs").kernels[0]] == ["x"]
+
+
+def test_the_pictured_call_is_the_one_of_median_wall_time_not_of_median_gpu_time() -> None:
+    # Three calls: GPU time 10, 50, 30 ns; wall time 100, 60, 500 (the last one's host stalled). By GPU time the
+    # median is the stalled call; by wall time it is the first, 100 ns, which is what a typical call looks like.
+    ranges = [Range("mine", 0, 10_000, 1, "push/pop"), Range("call", 0, 100, 1, "push/pop"),
+              Range("call", 1000, 1060, 1, "push/pop"), Range("call", 2000, 2500, 1, "push/pop")]
+    kernels = [K("k", 10, 20, launched=5), K("k", 1005, 1055, launched=1001), K("k", 2460, 2490, launched=2001)]
+    mine = timeline.calls_of(Capture("3.7.2", "2023.4.4", kernels, ranges, []), "mine")
+    assert [sum(k.ns for k in ks) for ks in mine.kernels] == [10, 50, 30]
+    assert mine.median_call() == 0
+
+
+def test_every_kernel_named_in_a_picture_has_a_colour_of_its_own() -> None:
+    names = [f"kernel_{i}" for i in range(timeline.NAMED + 3)]
+    colour = timeline.colours(names)
+    named = [colour[n] for n in names[:timeline.NAMED]]
+    assert len(set(named)) == timeline.NAMED                    # 11 kernels once shared tab10's colours
+    assert timeline.OTHER not in named
+    assert {colour[n] for n in names[timeline.NAMED:]} == {timeline.OTHER}
 
 
 def test_the_picture_is_a_png_with_ranges_and_kernels(tmp_path: Path) -> None:
@@ -77,6 +97,8 @@ def test_the_picture_is_a_png_with_ranges_and_kernels(tmp_path: Path) -> None:
              timeline.Lane("empty", [], [], 0)]
     path = timeline.picture(tmp_path / "t.png", lanes, "title")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 5000
+    many = [timeline.Lane("many", [], [K(f"k{i}", 100 * i, 100 * i + 50) for i in range(timeline.NAMED + 4)], 0)]
+    assert timeline.picture(tmp_path / "many.png", many, "title").stat().st_size > 5000  # 24 kernels, 21 legend entries
 
 
 # --------------------------------------------------------------------------- the reader, on an export-shaped database

@@ -11,8 +11,9 @@ after it, each call inside a range `call` after an L2 flush (as the bench flushe
 synchronised after each; with --pass backward or full, the calls the bench times of that pass (through autograd, a
 backward's forward run before the flush, outside the range). Read back with nsys's SQLite export (kernellab.nsight.nsys), each implementation's kernels
 per call, launch gaps and copies (kernellab.nsight.timeline) go to `<out>/timeline/`: `summary.md`, `timeline.json`,
-`timeline.png` (the median call of each, kernels under their ranges) and the `.nsys-rep` for Nsight Systems' GUI;
-written to `timeline.partial/` and renamed at the end, so a failed run leaves nothing that looks complete.
+`timeline.png` (the call of median wall time of each, kernels under their ranges) and the `.nsys-rep` for Nsight
+Systems' GUI; written to `timeline.partial/` and renamed at the end, so a failed run leaves nothing that looks
+complete.
 """
 from __future__ import annotations
 
@@ -150,7 +151,8 @@ def write(folder: Path, doc: dict[str, Any], capture: nsys.Capture, chosen: list
         found = timeline.calls_of(capture, impl)
         i = found.median_call()
         call = found.calls[i]
-        lanes.append(timeline.Lane(f"{impl} ({role}): the median of {len(found.calls)} calls", [call], found.kernels[i],
+        lanes.append(timeline.Lane(f"{impl} ({role}): the call of median wall time of {len(found.calls)} "
+                                   f"({call.ns / 1e3:.1f} µs)", [call], found.kernels[i],
                                    call.start))
     timeline.picture(folder / "timeline.png", lanes, f"{_title(doc)} on {doc['gpu']}")
     (folder / "summary.md").write_text(markdown(doc))

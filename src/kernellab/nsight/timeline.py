@@ -107,8 +107,10 @@ class Calls:
         }
 
     def median_call(self) -> int:
-        """The index of the call whose GPU time is the median (what the picture shows)."""
-        order = sorted(range(len(self.calls)), key=lambda i: sum(k.ns for k in self.kernels[i]))
+        """The index of the call whose wall time (its range: launch to sync) is the median, what the picture shows: its
+        host gaps as typical as its kernels (the call of median GPU time was once one whose host stalled, 3x the
+        median wall: layernorm's full pass, H200)."""
+        order = sorted(range(len(self.calls)), key=lambda i: self.calls[i].ns)
         return order[len(order) // 2] if order else 0
 
 
@@ -164,6 +166,20 @@ class Lane:
     origin: int
 
 
+#: Kernel names a picture colours and names apart (matplotlib's tab20); the rest share OTHER, one legend entry.
+NAMED = 20
+OTHER = "#404040"
+
+
+def colours(names: Sequence[str]) -> dict[str, Any]:
+    """A colour per kernel name (names in order of GPU time): the first NAMED each their own, the rest OTHER. Lanes
+    side by side compare kernels by colour, so no two names may share one."""
+    import matplotlib.pyplot as plt  # pyplot's get_cmap: also in matplotlib 3.4 (Debian 11's images)
+
+    palette = plt.get_cmap("tab20")
+    return {n: palette(i) if i < NAMED else OTHER for i, n in enumerate(names)}
+
+
 def picture(path: Path, lanes: Sequence[Lane], title: str) -> Path:
     """The timeline PNG: per lane, its NVTX ranges (nested ones stacked) above its kernels, coloured by name."""
     import matplotlib
@@ -172,12 +188,15 @@ def picture(path: Path, lanes: Sequence[Lane], title: str) -> Path:
     import matplotlib.pyplot as plt
 
     names = [r["kernel"] for r in kernel_rows([k for lane in lanes for k in lane.kernels])]
-    palette = plt.get_cmap("tab10")
-    colour = {n: palette(i % 10) for i, n in enumerate(names)}
+    colour = colours(names)
     span = max([1e-3] + [(max([k.end for k in lane.kernels] + [r.end for r in lane.ranges]) - lane.origin) / 1e3
                          for lane in lanes if lane.kernels or lane.ranges])
     scale, unit = (1.0, "µs") if span < 2e4 else (1e-3, "ms")
-    legend_rows = (min(len(names), 8) + 1) // 2
+    handles = [matplotlib.patches.Patch(color=colour[n], label=short(n, 50)) for n in names[:NAMED]]
+    if len(names) > NAMED:
+        handles.append(matplotlib.patches.Patch(color=OTHER, label=f"{len(names) - NAMED} other kernels"))
+    columns = 2 if len(handles) <= 8 else 3
+    legend_rows = -(-len(handles) // columns)
     height = 1.0 + 1.3 * len(lanes) + 0.45 + 0.17 * legend_rows      # title, lanes, axis label, legend (inches)
     fig, axes = plt.subplots(len(lanes), 1, figsize=(12, height), squeeze=False, sharex=True)
     for ax, lane in zip(axes[:, 0], lanes):
@@ -198,9 +217,8 @@ def picture(path: Path, lanes: Sequence[Lane], title: str) -> Path:
         ax.set_title(lane.label, fontsize=9, loc="left")
         ax.grid(axis="x", alpha=0.3)
     axes[-1, 0].set_xlabel(f"time ({unit})")
-    handles = [matplotlib.patches.Patch(color=colour[n], label=short(n, 50)) for n in names[:8]]
     if handles:
-        fig.legend(handles=handles, loc="lower center", ncol=2, fontsize=7, frameon=False,
+        fig.legend(handles=handles, loc="lower center", ncol=columns, fontsize=7, frameon=False,
                    bbox_to_anchor=(0.5, 0.0))
     fig.suptitle(title, fontsize=10)
     fig.tight_layout(rect=(0, (0.1 + 0.17 * legend_rows) / height, 1, 1 - 0.3 / height))
