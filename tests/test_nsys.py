@@ -83,6 +83,13 @@ def test_the_pictured_call_is_the_one_of_median_wall_time_not_of_median_gpu_time
     assert mine.median_call() == 0
 
 
+def test_a_long_kernel_name_keeps_its_start_and_its_end() -> None:
+    a, b = (f"triton_red_fused_native_layer_norm_native_layer_norm_backward_{i}" for i in (0, 2))
+    assert timeline.short(a, 50) != timeline.short(b, 50)
+    assert len(timeline.short(a, 50)) == 50 and timeline.short(a, 50).endswith("_backward_0")
+    assert timeline.short("call", 24) == "call" and len(timeline.short("x" * 30, 6)) == 6
+
+
 def test_every_kernel_named_in_a_picture_has_a_colour_of_its_own() -> None:
     names = [f"kernel_{i}" for i in range(timeline.NAMED + 3)]
     colour = timeline.colours(names)

@@ -130,7 +130,12 @@ def us(ns: float) -> str:
 
 
 def short(name: str, width: int = 60) -> str:
-    return name if len(name) <= width else name[: width - 3] + "..."
+    """`name` in at most `width` characters: its start and its end, which tells generated kernels apart
+    (torch.compile's `triton_red_fused_..._backward_0` and `_2`)."""
+    if len(name) <= width:
+        return name
+    tail = max(width // 3, 1) if width > 8 else 0
+    return name[: width - 3 - tail] + "..." + (name[-tail:] if tail else "")
 
 
 def kernel_table(rows: Sequence[dict[str, Any]], *, per_call: bool = False, limit: int = 15) -> list[str]:
