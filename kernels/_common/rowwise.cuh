@@ -9,10 +9,7 @@
 
 #include <atomic>
 #include <cstdint>
-#include <map>
-#include <mutex>
 #include <optional>
-#include <tuple>
 #include <type_traits>
 
 #include "kernellab.cuh"
@@ -594,54 +591,21 @@ inline int64_t backward_grid_bound(const RowPlan& p, int sms) {
   return std::min<int64_t>(p.blocks, int64_t(sms) * std::max(1, 2048 / p.threads()));
 }
 
-// Past 48 KB of dynamic shared memory a kernel is allowed it first (column sums in shared memory: up to 64 KB; staged
-// rows, BackwardRows: up to 128 KB). Per kernel and device the allowance only grows, so that a launch shape answered
-// from blocks_per_sm's cache (which allowed it once) is still allowed after a smaller one.
-template <auto Kernel>
-inline void allow_shared_bytes(size_t smem) {
-  static std::atomic<size_t> allowed[64];  // per device (cache_slot): the most allowed so far
-  std::atomic<size_t>& mine = allowed[cache_slot()];
-  size_t now = mine.load(std::memory_order_relaxed);
-  while (smem > 48 * 1024 && smem > now) {
-    if (cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) !=
-        cudaSuccess) {
-      return;  // not recorded: the launch says why (its error left pending for it)
-    }
-    if (mine.compare_exchange_weak(now, smem, std::memory_order_relaxed)) return;
+// The grid actually launched: what the occupancy calculator says fits, within the bound. Past 48 KB of dynamic
+// shared memory the kernel is allowed it first (column sums in shared memory: up to 64 KB;
+// staged rows, BackwardRows: up to 128 KB).
+template <typename K>
+inline void allow_shared_bytes(K kernel, size_t smem) {
+  if (smem > 48 * 1024) {
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   }
 }
 
-// Blocks of Kernel an SM holds at once in blocks of `threads` with `smem` bytes of dynamic shared memory (allowed
-// first), cached per kernel, device and launch shape; -1 when the calculator fails (its error cleared; not cached).
-// A norm's backward asked it three times a call, with a function-attribute query: 17.4 us of host time a layernorm
-// backward call, against 9.2 for its forward (4x8192 float16, H200; results/h200-timeline-norms). Cached, the ratio
-// of the two went from 1.9-2.1 to 1.7-2.0, one case 2.6 (layernorm and rmsnorm, 4x8192 and 16384x1024, two rounds:
-// the host's own time moved by up to 60% between rounds, the unchanged forward's too).
-template <auto Kernel>
-inline int blocks_per_sm(int threads, size_t smem) {
-  static std::mutex mutex;
-  static std::map<std::tuple<int, int, size_t>, int> cached;
-  const std::tuple<int, int, size_t> key{cache_slot(), threads, smem};
-  {
-    const std::lock_guard<std::mutex> lock(mutex);
-    const auto it = cached.find(key);
-    if (it != cached.end()) return it->second;
-  }
-  allow_shared_bytes<Kernel>(smem);
-  int blocks = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, Kernel, threads, smem) != cudaSuccess) {
-    cudaGetLastError();
-    return -1;
-  }
-  const std::lock_guard<std::mutex> lock(mutex);
-  cached.emplace(key, blocks);
-  return blocks;
-}
-
-// The grid actually launched: what the occupancy calculator says fits, within the bound.
-template <auto Kernel>
-inline int backward_grid(const RowPlan& p, size_t smem, int sms) {
-  const int per_sm = blocks_per_sm<Kernel>(p.threads(), smem);
+template <typename K>
+inline int backward_grid(K kernel, const RowPlan& p, size_t smem, int sms) {
+  allow_shared_bytes(kernel, smem);
+  int per_sm = 0;
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, p.threads(), smem);
   return static_cast<int>(std::min<int64_t>(backward_grid_bound(p, sms), int64_t(sms) * std::max(1, per_sm)));
 }
 
@@ -927,19 +891,20 @@ inline size_t backward_shared_bytes(const RowPlan& p, int64_t cols, int count) {
 template <auto Staged, auto Plain>
 inline bool stages_rows(const RowPlan& p, size_t staged, size_t plain) {
   if (compute_major() < 8) return false;
-  static std::atomic<int> static_bytes[64];  // per device (cache_slot): Staged's static shared memory + 1, 0 unasked
-  std::atomic<int>& mine = static_bytes[cache_slot()];
-  if (mine.load(std::memory_order_relaxed) == 0) {
-    cudaFuncAttributes a{};
-    if (cudaFuncGetAttributes(&a, Staged) != cudaSuccess) {
-      cudaGetLastError();
-      return false;
-    }
-    mine.store(static_cast<int>(a.sharedSizeBytes) + 1, std::memory_order_relaxed);
+  cudaFuncAttributes a{};
+  if (cudaFuncGetAttributes(&a, Staged) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
   }
-  const size_t fixed = size_t(mine.load(std::memory_order_relaxed) - 1);
-  if (staged + fixed > size_t(device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>())) return false;
-  const int with = blocks_per_sm<Staged>(p.threads(), staged), without = blocks_per_sm<Plain>(p.threads(), plain);
+  if (staged + a.sharedSizeBytes > size_t(device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>())) return false;
+  allow_shared_bytes(Staged, staged);
+  allow_shared_bytes(Plain, plain);
+  int with = 0, without = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&with, Staged, p.threads(), staged) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&without, Plain, p.threads(), plain) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
   return with >= 1 && with >= without;
 }
 
