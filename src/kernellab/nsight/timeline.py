@@ -109,7 +109,8 @@ class Calls:
     def median_call(self) -> int:
         """The index of the call whose wall time (its range: launch to sync) is the median, what the picture shows: its
         host gaps as typical as its kernels (the call of median GPU time was once one whose host stalled, 3x the
-        median wall: layernorm's full pass, H200)."""
+        median wall: layernorm's full pass, H200). With an even number of calls, the upper of the middle two: its
+        wall time may differ a little from the summary's median."""
         order = sorted(range(len(self.calls)), key=lambda i: self.calls[i].ns)
         return order[len(order) // 2] if order else 0
 
@@ -178,11 +179,20 @@ OTHER = "#404040"
 
 def colours(names: Sequence[str]) -> dict[str, Any]:
     """A colour per kernel name (names in order of GPU time): the first NAMED each their own, the rest OTHER. Lanes
-    side by side compare kernels by colour, so no two names may share one."""
+    side by side compare kernels by colour, so no two names may share one. tab20 pairs a dark and a light shade of
+    each hue: the 10 dark ones go first, so that the kernels that take the most time differ in hue."""
     import matplotlib.pyplot as plt  # pyplot's get_cmap: also in matplotlib 3.4 (Debian 11's images)
 
     palette = plt.get_cmap("tab20")
-    return {n: palette(i) if i < NAMED else OTHER for i, n in enumerate(names)}
+    return {n: palette(2 * i % NAMED + 2 * i // NAMED) if i < NAMED else OTHER for i, n in enumerate(names)}
+
+
+def legend(names: Sequence[str], colour: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The picture's legend, (label, colour) per entry: the first NAMED names, then one entry for the rest."""
+    entries = [(short(n, 50), colour[n]) for n in names[:NAMED]]
+    if len(names) > NAMED:
+        entries.append((f"{len(names) - NAMED} other kernels", OTHER))
+    return entries
 
 
 def picture(path: Path, lanes: Sequence[Lane], title: str) -> Path:
@@ -197,9 +207,7 @@ def picture(path: Path, lanes: Sequence[Lane], title: str) -> Path:
     span = max([1e-3] + [(max([k.end for k in lane.kernels] + [r.end for r in lane.ranges]) - lane.origin) / 1e3
                          for lane in lanes if lane.kernels or lane.ranges])
     scale, unit = (1.0, "µs") if span < 2e4 else (1e-3, "ms")
-    handles = [matplotlib.patches.Patch(color=colour[n], label=short(n, 50)) for n in names[:NAMED]]
-    if len(names) > NAMED:
-        handles.append(matplotlib.patches.Patch(color=OTHER, label=f"{len(names) - NAMED} other kernels"))
+    handles = [matplotlib.patches.Patch(color=c, label=label) for label, c in legend(names, colour)]
     columns = 2 if len(handles) <= 8 else 3
     legend_rows = -(-len(handles) // columns)
     height = 1.0 + 1.3 * len(lanes) + 0.45 + 0.17 * legend_rows      # title, lanes, axis label, legend (inches)
