@@ -186,6 +186,10 @@ def test_the_summary_puts_candidate_and_baselines_side_by_side() -> None:
            "| 256 B | memory (L2) | long_scoreboard 12.6" in text
     assert "| eager (baseline) | `cunn_SoftMaxForward` |" in text
     assert "2 kernels profiled in 30.0 s (15.0 s per kernel" in text
+    long = "triton_red_fused__softmax_backward_data_native_layer_norm_backward_{}"  # torch.compile's, cut by timeline.short
+    compiled = {"role": "baseline", "kernels": [dict(kernel, kernel=long.format(i)) for i in (0, 2)]}
+    text = report.to_markdown(dict(doc, impls={"compile": compiled}))
+    assert "_backward_0` |" in text and "_backward_2` |" in text   # a long name keeps its end
 
 
 # --------------------------------------------------------------------------- compute-sanitizer's output

@@ -9,6 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from .timeline import short
+
 JSON = "profile.json"
 SUMMARY = "summary.md"
 
@@ -46,7 +48,7 @@ def to_markdown(doc: dict[str, Any]) -> str:
             stalls = ", ".join(f"{s['reason']} {s['cycles_per_issue']:.1f}" for s in k["stalls"]) or "–"
             time_us = None if k["duration_ns"] is None else k["duration_ns"] / 1e3
             occupancy = f"{_fmt(k['occupancy_achieved_pct'])} / {_fmt(k['occupancy_theoretical_pct'])} %"
-            name = k["kernel"] if len(k["kernel"]) <= 48 else k["kernel"][:45] + "..."
+            name = short(k["kernel"], 48)
             lines.append(f"| {impl} ({info['role']}) | `{name}` | {_fmt(time_us, '.1f', ' µs')} | {_fmt(k['dram_pct'])} "
                          f"| {_fmt(k['l2_pct'])} | {_fmt(k['sm_pct'])} | {_fmt(k['dram_gbps'], '.0f')} | {occupancy} "
                          f"| {_fmt(k['registers'], '.0f')} | {_fmt(k['shared_bytes'], '.0f', ' B')} | {k['limiter']} "

@@ -135,7 +135,7 @@ def short(name: str, width: int = 60) -> str:
     (torch.compile's `triton_red_fused_..._backward_0` and `_2`)."""
     if len(name) <= width:
         return name
-    tail = max(width // 3, 1) if width > 8 else 0
+    tail = width // 3 if width > 8 else 0
     return name[: width - 3 - tail] + "..." + (name[-tail:] if tail else "")
 
 
