@@ -780,7 +780,12 @@ struct BackwardRows {
 // Backward passes of norms: the weight's (and bias's) gradient sums over rows. Each block keeps its
 // threads' sums over the rows it handles (in registers; in shared memory past 16 elements a thread), adds the row
 // groups of the block together in shared memory, and writes one row of float32 partial sums; column_sums then adds
-// the blocks' rows. A grid of as many blocks as fit on the GPU at once keeps the partial rows few.
+// the blocks' rows. A grid of as many blocks as fit on the GPU at once keeps the partial rows few. They still cost:
+// every block finishes at once, so writing them and reading them back is a tail nothing overlaps (a bound that wrote
+// none: spans -8% to -15% at 2-byte bench shapes, H200). Adding them up over thread-block clusters first (distributed
+// shared memory, one row per cluster of 2, 4 or 8 blocks) lost: spans +1% to +12% at those shapes. Clusters of 4 or 8
+// fit fewer blocks at once (layernorm 4096x4096 float16: 264 -> 248 and 240), and at 2, which fit as many, the
+// cluster's barrier and reads cost more than the halved rows saved (results/h200-norms, "Partial rows").
 template <int N, int PER, Sums S, int SUMS>
 struct ColumnSums {
   // One row per block, more than 16 elements a thread, grad_out in registers (backward_sums_shared): the sums in a
