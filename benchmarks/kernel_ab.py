@@ -14,7 +14,9 @@ kernel's start to its last one's end (the gaps between them in, overlaps counted
 version N times in turn and keeps each case's least time (and least span), so that a drift of the GPU's clocks
 during the run falls on every version alike. Each version's result is checked against the reference first
 (forward: the output; backward: every gradient), and its largest error printed beside its time: a scratch copy that
-skips work (a bound, not a fix) shows it there.
+skips work (a bound, not a fix) shows it there. Below the times, a second table lists each kernel whose launches
+differ between the versions (grid, block, registers, shared memory, the profiler's estimated occupancy): a change
+that takes blocks off the GPU says so there.
 The shapes default to the op's bench_shapes, the dtypes to its bench_dtypes. Needs a GPU.
 """
 from __future__ import annotations
@@ -34,9 +36,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: One side, in a process of its own: prints a JSON line per (shape, dtype).
 MEASURE = r"""
-import json, sys
+import json, os, sys, tempfile
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
+LAUNCH_KEYS = ("grid", "block", "registers per thread", "shared memory", "est. achieved occupancy %")
 import torch
 from kernellab.ops import library, spec as opspec
 tree, op, which, calls = sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
@@ -88,7 +91,19 @@ for shape, dtype in cases:
             end = e.time_range.end if end is None else max(end, e.time_range.end)
     if start is not None:
         spans.append(end - start)
+    # How each kernel was launched (the trace's launch records): what a change took away, e.g. blocks on the GPU.
+    handle, trace = tempfile.mkstemp(suffix=".json")
+    os.close(handle)
+    prof.export_chrome_trace(trace)
+    launches = {}
+    for e in json.loads(Path(trace).read_text()).get("traceEvents", []):
+        if e.get("cat") == "kernel" and not any(w in e.get("name", "").lower() for w in ignore):
+            record = {k: e.get("args", {}).get(k) for k in LAUNCH_KEYS}
+            if record not in launches.setdefault(e["name"], []):
+                launches[e["name"]].append(record)
+    Path(trace).unlink()
     print(json.dumps({"shape": shape, "dtype": dtype, "us": sum(kernels.values()), "kernels": kernels,
+                      "launches": launches,
                       # one span a call, or none (an op's own fill or memset between its kernels splits a call)
                       "span_us": sum(spans) / len(spans) if len(spans) == calls else None, "max_error": error}),
           flush=True)
@@ -157,6 +172,51 @@ def table(base: list[dict[str, Any]], new: list[dict[str, Any]],
         errs = " / ".join(f"{r['max_error']:.3g}" for r in (a, b, *more))
         lines.append(f"| {shape} | {a['dtype']} | {cell(a)} | {cell(b)} | {change(a, b)} |{cells} {errs} |")
     return "\n".join(lines)
+
+
+def launch_text(record: dict[str, Any]) -> str:
+    """One launch record of the profiler's trace as a line: "264 x 512, 64 registers, 33.0 KB shared, 50% occupancy"."""
+    def dims(v: Any) -> str:  # [264, 1, 1] -> "264", [128, 2, 1] -> "128 x 2"
+        if not isinstance(v, list):
+            return str(v)
+        return " x ".join(str(d) for d in v[:3] if d != 1) or "1"
+
+    parts = [f"{dims(record.get('grid'))} blocks of {dims(record.get('block'))}"]
+    if record.get("registers per thread") is not None:
+        parts.append(f"{record['registers per thread']} registers")
+    if record.get("shared memory") is not None:
+        parts.append(f"{record['shared memory'] / 1024:.1f} KB shared")
+    # The profiler's estimate says 0 for blocks of more than 48 KB of shared memory (which run all the same): left out.
+    if record.get("est. achieved occupancy %"):
+        parts.append(f"{record['est. achieved occupancy %']}% occupancy")
+    return ", ".join(parts)
+
+
+def launch_table(base: list[dict[str, Any]], new: list[dict[str, Any]],
+                 others: Sequence[tuple[str, list[dict[str, Any]]]] = ()) -> str:
+    """Markdown: each kernel whose launches differ between the versions (grid, block, registers, shared memory,
+    occupancy), per case; a line saying so when none differ. A change that takes blocks off the GPU shows here."""
+    labels = "".join(f" {label} |" for label, _ in others)
+    lines = [f"| rows x cols | dtype | kernel | base | this checkout |{labels}",
+             "|---|---|---|---|---|" + "---|" * len(others)]
+    for i, (a, b) in enumerate(zip(base, new)):
+        sides = [a, b, *(records[i] for _, records in others)]
+        by_name: list[dict[str, str]] = []
+        for r in sides:
+            texts: dict[str, str] = {}
+            for name, records in (r.get("launches") or {}).items():
+                text = " / ".join(launch_text(x) for x in records)
+                key = short_name(name)
+                texts[key] = f"{texts[key]} / {text}" if key in texts else text
+            by_name.append(texts)
+        for name in dict.fromkeys(k for texts in by_name for k in texts):
+            cells = [texts.get(name, "(none)") for texts in by_name]
+            if len(set(cells)) > 1:
+                shape = f"{a['shape']['rows']}x{a['shape']['cols']}"
+                lines.append(f"| {shape} | {a['dtype']} | {name} | " + " | ".join(cells) + " |")
+    if len(lines) == 2:
+        return "Launches: the same in every version (grid, block, registers, shared memory, occupancy)."
+    return "Launches that differ between the versions (torch.profiler's launch records):\n\n" + "\n".join(lines)
 
 
 def best_of(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -242,6 +302,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{args.op} {args.which}: kernel time per call (torch.profiler, L2 flushed), base {args.base} against "
           f"this checkout{also}{best}\n")
     print(table(base, new, others))
+    print()
+    print(launch_table(base, new, others))
     if args.json:
         args.json.write_text(json.dumps({"op": args.op, "pass": args.which, "base": args.base, "rounds": args.rounds,
                                          "sides": {"base": base, "this": new, "also": dict(others)}}, indent=1))

@@ -107,3 +107,37 @@ def test_bad_arguments_are_one_sentence(argv: list[str], message: str) -> None:
                             text=True)
     assert result.returncode != 0 and "Traceback" not in result.stderr
     assert re.search(message, result.stderr), result.stderr
+
+
+def test_launch_records_read_as_one_line_each() -> None:
+    record = {"grid": [264, 1, 1], "block": [512, 1, 1], "registers per thread": 64, "shared memory": 33792,
+              "est. achieved occupancy %": 50}
+    assert kernel_ab.launch_text(record) == "264 blocks of 512, 64 registers, 33.0 KB shared, 50% occupancy"
+    assert kernel_ab.launch_text({"grid": [128, 2, 1], "block": [1024, 1, 1]}) == "128 x 2 blocks of 1024"
+    # The profiler's estimate is 0 past 48 KB of shared memory (H200: 132 blocks of 1024 at 65 KB ran): not shown.
+    big = dict(record, grid=[132, 1, 1], block=[1024, 1, 1], **{"shared memory": 66560, "est. achieved occupancy %": 0})
+    assert kernel_ab.launch_text(big) == "132 blocks of 1024, 64 registers, 65.0 KB shared"
+
+
+def test_the_launch_table_lists_only_the_kernels_whose_launches_differ() -> None:
+    def side(grid: int, sums_grid: int | None) -> dict:
+        launches = {"void (anonymous namespace)::layernorm_backward_kernel<__half, 8, 1>(...)":
+                    [{"grid": [grid, 1, 1], "block": [512, 1, 1], "registers per thread": 64}]}
+        if sums_grid is not None:
+            launches["void kl::column_sums<__half>(float const*, int, int, __half*, __half*)"] = [
+                {"grid": [sums_grid, 2, 1], "block": [1024, 1, 1]}]
+        return {"shape": {"rows": 4096, "cols": 4096}, "dtype": "float16", "launches": launches}
+
+    # The same launches in every version: one line.
+    same = kernel_ab.launch_table([side(264, 128)], [side(264, 128)])
+    assert same.startswith("Launches: the same in every version")
+    # A version that fits fewer blocks (clusters of 4) and one that launches a kernel the base does not.
+    lines = kernel_ab.launch_table([side(264, None)], [side(248, None)], [("c2", [side(264, 128)])]).splitlines()
+    assert lines[2] == "| rows x cols | dtype | kernel | base | this checkout | c2 |"
+    assert lines[4] == ("| 4096x4096 | float16 | layernorm_backward_kernel | 264 blocks of 512, 64 registers | "
+                        "248 blocks of 512, 64 registers | 264 blocks of 512, 64 registers |")
+    assert lines[5] == "| 4096x4096 | float16 | kl::column_sums | (none) | (none) | 128 x 2 blocks of 1024 |"
+    assert len(lines) == 6
+    # A case recorded before launches were (no "launches" key) reads as none, not as an error.
+    old = {"shape": {"rows": 4, "cols": 8192}, "dtype": "float32"}
+    assert kernel_ab.launch_table([old], [old]).startswith("Launches: the same")

@@ -785,7 +785,8 @@ struct BackwardRows {
 // none: spans -8% to -15% at 2-byte bench shapes, H200). Adding them up over thread-block clusters first (distributed
 // shared memory, one row per cluster of 2, 4 or 8 blocks) lost: spans +1% to +12% at those shapes. Clusters of 4 or 8
 // fit fewer blocks at once (layernorm 4096x4096 float16: 264 -> 248 and 240), and at 2, which fit as many, the
-// cluster's barrier and reads cost more than the halved rows saved (results/h200-norms, "Partial rows").
+// cluster's barrier and reads cost more than the halved rows saved. Nor did several rows a block, half the blocks:
+// spans level, the row reductions' barriers then wait on more warps (results/h200-norms, "Partial rows").
 template <int N, int PER, Sums S, int SUMS>
 struct ColumnSums {
   // One row per block, more than 16 elements a thread, grad_out in registers (backward_sums_shared): the sums in a
