@@ -200,3 +200,69 @@ def test_a_backward_launched_right_after_a_forward_reads_what_that_forward_wrote
         forward(*inputs, out=grad_out)
         backward(grad_out, *inputs, out=out, grads=grads)
         check(grads, wanted_y, f"turn {turn}, right after a forward wrote grad_out")
+
+
+NORMS = [op for op in OPS if op.name in ("layernorm", "rmsnorm")]
+
+# One process, its runtime caches cold: threads launch the backward at once, each at every shape in its own order.
+FIRST_LAUNCHES = r"""
+import sys, threading
+from pathlib import Path
+import torch
+from kernellab.ops import checks, library, spec as opspec
+op = opspec.parse_spec(Path(sys.argv[1]))
+module = library.load(op)
+label = next(name for name in op.backward.candidates if name in module.backwards)
+backward = module.backwards[label]
+atol, rtol = op.backward.tolerances[sys.argv[2]]
+cases = []
+for rows, cols in ((150, 10000), (600, 4096), (4, 8192), (2048, 2048), (20001, 40), (2, 70000)):
+    inputs = module.make_inputs({"rows": rows, "cols": cols}, sys.argv[2], "cuda", 0)
+    out = module.candidates[label](*inputs)
+    grad_out = module.make_grad_out(out, 0)
+    cases.append((f"{rows}x{cols}", inputs, out, grad_out, module.reference_grads(inputs, grad_out)))
+torch.cuda.synchronize()
+start, failures = threading.Barrier(4), []
+
+def run(order):
+    stream = torch.cuda.Stream()
+    start.wait()
+    with torch.cuda.stream(stream):
+        for name, inputs, out, grad_out, wanted in (cases[i] for i in order):
+            grads = backward(grad_out, *inputs, out=out)
+            stream.synchronize()
+            for i, (got, want) in enumerate(zip(grads, wanted)):
+                failure = checks.first_mismatch(got, want, atol=atol, rtol=rtol)
+                if failure:
+                    failures.append(f"{name}, gradient {i}: {failure}")
+
+orders = [range(len(cases)), reversed(range(len(cases))), [1, 0, 3, 2, 5, 4], [4, 5, 0, 1, 2, 3]]
+threads = [threading.Thread(target=run, args=(list(order),)) for order in orders]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print("\n".join(failures) or "ok")
+"""
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("op", NORMS, ids=[op.name for op in NORMS])
+def test_norm_backwards_first_launched_from_threads_at_once(op: library.OpSpec, dtype: str) -> None:
+    """A norm backward asks the CUDA runtime once per kernel and device how many blocks fit and lets the kernel have
+    the device's shared memory (kl::prepare_kernel, kl::blocks_per_sm), so the first calls set what later ones read.
+    Four threads of a fresh process launch it at once on streams of their own, each at six shapes of different plans
+    and shared memory (rows staged at 128 KB, 32 KB, none; several rows a block; a handful of rows; streamed) in its
+    own order: every gradient must be the reference's."""
+    _loaded(op)  # built, and skipped where it cannot run
+    import subprocess
+    import sys
+
+    from kernellab import ROOT
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))}
+    result = subprocess.run([sys.executable, "-c", FIRST_LAUNCHES, str(op.path / "op.toml"), dtype],
+                            capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == "ok", result.stdout[-3000:]

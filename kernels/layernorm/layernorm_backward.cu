@@ -148,7 +148,7 @@ cudaError_t launch(const T* dy, const T* x, const T* w, T* dx, T* dw, T* db, flo
   int grid = 0;
   auto go = [&](auto kernel, size_t smem) {
     constexpr auto k = decltype(kernel)::value;
-    grid = kl::backward_grid(k, p, smem, sms);
+    grid = kl::backward_grid<k>(p, smem, sms);
     kl::launch_backward_kernel<k>(p, grid, smem, ws, 2 * grid * cols, stream, dy, x, w, dx, ws, rows, cols, eps,
                                   p.shift);
   };
