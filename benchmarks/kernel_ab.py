@@ -94,14 +94,17 @@ for shape, dtype in cases:
     # How each kernel was launched (the trace's launch records): what a change took away, e.g. blocks on the GPU.
     handle, trace = tempfile.mkstemp(suffix=".json")
     os.close(handle)
-    prof.export_chrome_trace(trace)
+    try:
+        prof.export_chrome_trace(trace)
+        events = json.loads(Path(trace).read_text()).get("traceEvents", [])
+    finally:
+        Path(trace).unlink()
     launches = {}
-    for e in json.loads(Path(trace).read_text()).get("traceEvents", []):
+    for e in events:
         if e.get("cat") == "kernel" and not any(w in e.get("name", "").lower() for w in ignore):
             record = {k: e.get("args", {}).get(k) for k in LAUNCH_KEYS}
             if record not in launches.setdefault(e["name"], []):
                 launches[e["name"]].append(record)
-    Path(trace).unlink()
     print(json.dumps({"shape": shape, "dtype": dtype, "us": sum(kernels.values()), "kernels": kernels,
                       "launches": launches,
                       # one span a call, or none (an op's own fill or memset between its kernels splits a call)
@@ -176,10 +179,12 @@ def table(base: list[dict[str, Any]], new: list[dict[str, Any]],
 
 def launch_text(record: dict[str, Any]) -> str:
     """One launch record of the profiler's trace as a line: "264 x 512, 64 registers, 33.0 KB shared, 50% occupancy"."""
-    def dims(v: Any) -> str:  # [264, 1, 1] -> "264", [128, 2, 1] -> "128 x 2"
+    def dims(v: Any) -> str:  # [264, 1, 1] -> "264", [128, 2, 1] -> "128 x 2", [1, 2, 1] -> "1 x 2"; None -> "?"
         if not isinstance(v, list):
-            return str(v)
-        return " x ".join(str(d) for d in v[:3] if d != 1) or "1"
+            return "?" if v is None else str(v)
+        while len(v) > 1 and v[-1] == 1:
+            v = v[:-1]
+        return " x ".join(str(d) for d in v)
 
     parts = [f"{dims(record.get('grid'))} blocks of {dims(record.get('block'))}"]
     if record.get("registers per thread") is not None:
@@ -203,12 +208,10 @@ def launch_table(base: list[dict[str, Any]], new: list[dict[str, Any]],
         sides = [a, b, *(records[i] for _, records in others)]
         by_name: list[dict[str, str]] = []
         for r in sides:
-            texts: dict[str, str] = {}
+            grouped: dict[str, set[str]] = {}  # kernels that share a short name (two instantiations) go together
             for name, records in (r.get("launches") or {}).items():
-                text = " / ".join(launch_text(x) for x in records)
-                key = short_name(name)
-                texts[key] = f"{texts[key]} / {text}" if key in texts else text
-            by_name.append(texts)
+                grouped.setdefault(short_name(name), set()).update(launch_text(x) for x in records)
+            by_name.append({key: " / ".join(sorted(texts)) for key, texts in grouped.items()})
         for name in dict.fromkeys(k for texts in by_name for k in texts):
             cells = [texts.get(name, "(none)") for texts in by_name]
             if len(set(cells)) > 1:

@@ -114,6 +114,9 @@ def test_launch_records_read_as_one_line_each() -> None:
               "est. achieved occupancy %": 50}
     assert kernel_ab.launch_text(record) == "264 blocks of 512, 64 registers, 33.0 KB shared, 50% occupancy"
     assert kernel_ab.launch_text({"grid": [128, 2, 1], "block": [1024, 1, 1]}) == "128 x 2 blocks of 1024"
+    # Only trailing 1s go: column_sums over 32 columns or fewer is a grid of 1 x 2, not of 2.
+    assert kernel_ab.launch_text({"grid": [1, 2, 1], "block": [1024, 1, 1]}) == "1 x 2 blocks of 1024"
+    assert kernel_ab.launch_text({}) == "? blocks of ?"  # a trace without the launch fields
     # The profiler's estimate is 0 past 48 KB of shared memory (H200: 132 blocks of 1024 at 65 KB ran): not shown.
     big = dict(record, grid=[132, 1, 1], block=[1024, 1, 1], **{"shared memory": 66560, "est. achieved occupancy %": 0})
     assert kernel_ab.launch_text(big) == "132 blocks of 1024, 64 registers, 65.0 KB shared"
@@ -138,6 +141,22 @@ def test_the_launch_table_lists_only_the_kernels_whose_launches_differ() -> None
                         "248 blocks of 512, 64 registers | 264 blocks of 512, 64 registers |")
     assert lines[5] == "| 4096x4096 | float16 | kl::column_sums | (none) | (none) | 128 x 2 blocks of 1024 |"
     assert len(lines) == 6
-    # A case recorded before launches were (no "launches" key) reads as none, not as an error.
-    old = {"shape": {"rows": 4, "cols": 8192}, "dtype": "float32"}
-    assert kernel_ab.launch_table([old], [old]).startswith("Launches: the same")
+    # A case whose trace had no launch records reads as none, not as an error.
+    bare = {"shape": {"rows": 4, "cols": 8192}, "dtype": "float32"}
+    assert kernel_ab.launch_table([bare], [bare]).startswith("Launches: the same")
+
+
+def test_launches_of_one_kernel_name_read_alike_in_any_order() -> None:
+    # Two instantiations sharing a short name, and two launch shapes of one kernel, in either order: no difference.
+    a = {"grid": [264, 1, 1], "block": [512, 1, 1]}
+    b = {"grid": [396, 1, 1], "block": [256, 1, 1]}
+
+    def side(launches: dict) -> dict:
+        return {"shape": {"rows": 4096, "cols": 4096}, "dtype": "float16", "launches": launches}
+
+    first = side({"k<__half, 8, 1>(...)": [a], "k<__half, 8, 2>(...)": [b]})
+    second = side({"k<__half, 8, 2>(...)": [b], "k<__half, 8, 1>(...)": [a]})
+    third = side({"k<__half, 8, 1>(...)": [b, a]})
+    assert kernel_ab.launch_table([first], [second], [("x", [third])]).startswith("Launches: the same")
+    lines = kernel_ab.launch_table([first], [side({"k<__half, 8, 1>(...)": [a]})]).splitlines()
+    assert lines[4] == "| 4096x4096 | float16 | k | 264 blocks of 512 / 396 blocks of 256 | 264 blocks of 512 |"

@@ -206,7 +206,7 @@ NORMS = [op for op in OPS if op.name in ("layernorm", "rmsnorm")]
 
 # One process, its runtime caches cold: threads launch the backward at once, each at every shape in its own order.
 FIRST_LAUNCHES = r"""
-import sys, threading
+import sys, threading, traceback
 from pathlib import Path
 import torch
 from kernellab.ops import checks, library, spec as opspec
@@ -222,19 +222,24 @@ for rows, cols in ((150, 10000), (600, 4096), (4, 8192), (2048, 2048), (20001, 4
     grad_out = module.make_grad_out(out, 0)
     cases.append((f"{rows}x{cols}", inputs, out, grad_out, module.reference_grads(inputs, grad_out)))
 torch.cuda.synchronize()
-start, failures = threading.Barrier(4), []
+start, failures = threading.Barrier(4, timeout=120), []
 
 def run(order):
-    stream = torch.cuda.Stream()
-    start.wait()
-    with torch.cuda.stream(stream):
-        for name, inputs, out, grad_out, wanted in (cases[i] for i in order):
-            grads = backward(grad_out, *inputs, out=out)
-            stream.synchronize()
-            for i, (got, want) in enumerate(zip(grads, wanted)):
-                failure = checks.first_mismatch(got, want, atol=atol, rtol=rtol)
-                if failure:
-                    failures.append(f"{name}, gradient {i}: {failure}")
+    try:  # an exception (a launch that failed) is a failure, not a thread that quietly ends
+        stream = torch.cuda.Stream()
+        start.wait()
+        with torch.cuda.stream(stream):
+            for name, inputs, out, grad_out, wanted in (cases[i] for i in order):
+                grads = [torch.full_like(w, float("nan")) for w in wanted]
+                backward(grad_out, *inputs, out=out, grads=grads)
+                stream.synchronize()
+                for i, (got, want) in enumerate(zip(grads, wanted)):
+                    failure = checks.first_mismatch(got, want, atol=atol, rtol=rtol)
+                    if failure:
+                        failures.append(f"{name}, gradient {i}: {failure}")
+    except BaseException:
+        failures.append(traceback.format_exc())
+        start.abort()
 
 orders = [range(len(cases)), reversed(range(len(cases))), [1, 0, 3, 2, 5, 4], [4, 5, 0, 1, 2, 3]]
 threads = [threading.Thread(target=run, args=(list(order),)) for order in orders]
@@ -253,8 +258,9 @@ def test_norm_backwards_first_launched_from_threads_at_once(op: library.OpSpec, 
     """A norm backward asks the CUDA runtime once per kernel and device how many blocks fit and lets the kernel have
     the device's shared memory (kl::prepare_kernel, kl::blocks_per_sm), so the first calls set what later ones read.
     Four threads of a fresh process launch it at once on streams of their own, each at six shapes of different plans
-    and shared memory (rows staged at 128 KB, 32 KB, none; several rows a block; a handful of rows; streamed) in its
-    own order: every gradient must be the reference's."""
+    (bfloat16: rows staged through 128 KB or 32 KB of shared memory; float32: rows in registers; several rows a block;
+    a handful of rows; streamed) in its own order, into gradients filled with NaN: every gradient must be the
+    reference's, and a launch that fails (a kernel not allowed its shared memory) fails the test."""
     _loaded(op)  # built, and skipped where it cannot run
     import subprocess
     import sys

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>  // std::max/std::min on the host side (older libstdc++ does not bring it in through <cstdint>)
+#include <atomic>
 #include <cstdint>
 
 namespace kl {
@@ -37,24 +38,41 @@ constexpr int kPack16 = 16 / sizeof(T);  // elements per 16-byte access
 
 inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// The current device, as an index into the per-device caches below (64 slots; devices past them share the last).
+// The current device as an index into the per-device caches (DeviceCache), or -1 past their slots: such a device is
+// asked every time (before, devices past the last slot shared it, and read each other's answers).
+constexpr int kCacheSlots = 64;
 inline int cache_slot() {
   int device = 0;
   cudaGetDevice(&device);
-  return device < 64 ? device : 63;
+  return device < kCacheSlots ? device : -1;
 }
+
+// One int per device that any host thread may read or write: 0 until known. Only as a static (zero-initialised).
+// The answers hold for the process's CUDA context: a process that resets a device (cudaDeviceReset) would keep them,
+// as PyTorch's own state does not survive that either.
+struct DeviceCache {
+  std::atomic<int> slots[kCacheSlots];
+
+  int get() const {
+    const int slot = cache_slot();
+    return slot < 0 ? 0 : slots[slot].load(std::memory_order_acquire);
+  }
+  void set(int value) {
+    const int slot = cache_slot();
+    if (slot >= 0) slots[slot].store(value, std::memory_order_release);
+  }
+};
 
 // An attribute of the current device, cached per device: the query costs microseconds.
 template <cudaDeviceAttr A>
 inline int device_attribute() {
-  static int cached[64] = {};
-  const int slot = cache_slot();
-  if (cached[slot] == 0) {
-    int device = 0;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&cached[slot], A, device);
-  }
-  return cached[slot];
+  static DeviceCache cache;
+  if (const int known = cache.get(); known != 0) return known;
+  int device = 0, value = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&value, A, device);
+  cache.set(value);
+  return value;
 }
 
 // Multiprocessor count of the current device.

@@ -598,12 +598,7 @@ inline int64_t backward_grid_bound(const RowPlan& p, int sms) {
 // call made three occupancy queries, a function-attribute query and up to three attribute sets, and took 17.4 us of
 // host time against its forward's 9.2 (4x8192 float16, H200; results/h200-timeline-norms). Asked once, the binding's
 // host time went 10.8 -> 10.6 us there, 13.0 -> 11.1 at 16384x1024 (rmsnorm 10.9 -> 10.1, 12.6 -> 10.7; the least of
-// two rounds, a noisy host). Devices past the caches' slots (cache_slot's last, shared) ask every time.
-inline int own_slot() {
-  int device = 0;
-  cudaGetDevice(&device);
-  return device < 63 ? device : -1;
-}
+// two rounds, a noisy host).
 
 // Kernel's static shared memory in bytes, or -1 when the runtime cannot say (its error cleared; asked again next
 // time). Kernel is first allowed as much dynamic shared memory as the device lets a block have beside that (past the
@@ -612,11 +607,8 @@ inline int own_slot() {
 // shape, and two threads that first meet a kernel at once set the same value.
 template <auto Kernel>
 inline int prepare_kernel() {
-  static std::atomic<int> cached[63];  // per device: static bytes + 1, 0 not asked yet
-  const int slot = own_slot();
-  if (slot >= 0) {
-    if (const int known = cached[slot].load(std::memory_order_relaxed); known > 0) return known - 1;
-  }
+  static DeviceCache cache;  // static bytes + 1
+  if (const int known = cache.get(); known > 0) return known - 1;
   cudaFuncAttributes a{};
   if (cudaFuncGetAttributes(&a, Kernel) != cudaSuccess) {
     cudaGetLastError();
@@ -627,18 +619,18 @@ inline int prepare_kernel() {
     cudaGetLastError();
     return -1;
   }
-  if (slot >= 0) cached[slot].store(static_cast<int>(a.sharedSizeBytes) + 1, std::memory_order_relaxed);
+  cache.set(static_cast<int>(a.sharedSizeBytes) + 1);  // after the set: a thread that reads it launches after it
   return static_cast<int>(a.sharedSizeBytes);
 }
 
 // Blocks of Kernel an SM holds at once in blocks of `threads` with `smem` bytes of dynamic shared memory (the occupancy
-// calculator, after prepare_kernel), cached per kernel, device and launch shape; -1 when it fails (its error cleared;
-// not cached).
+// calculator, after prepare_kernel), cached per kernel, device and launch shape (an entry per width a program uses,
+// where the bytes follow the width); -1 when it fails (its error cleared; not cached).
 template <auto Kernel>
 inline int blocks_per_sm(int threads, size_t smem) {
   static std::mutex mutex;
   static std::map<std::tuple<int, int, size_t>, int> cached;
-  const int slot = own_slot();
+  const int slot = cache_slot();
   const std::tuple<int, int, size_t> key{slot, threads, smem};
   if (slot >= 0) {
     const std::lock_guard<std::mutex> lock(mutex);
@@ -837,11 +829,12 @@ struct BackwardRows {
 // groups of the block together in shared memory, and writes one row of float32 partial sums; column_sums then adds
 // the blocks' rows. A grid of as many blocks as fit on the GPU at once keeps the partial rows few. They still cost:
 // every block finishes at once, so writing them and reading them back is a tail nothing overlaps (a bound that wrote
-// none: spans -8% to -15% at 2-byte bench shapes, H200). Adding them up over thread-block clusters first (distributed
-// shared memory, one row per cluster of 2, 4 or 8 blocks) lost: spans +1% to +12% at those shapes. Clusters of 4 or 8
-// fit fewer blocks at once (layernorm 4096x4096 float16: 264 -> 248 and 240), and at 2, which fit as many, the
-// cluster's barrier and reads cost more than the halved rows saved. Nor did several rows a block, half the blocks:
-// spans level, the row reductions' barriers then wait on more warps (results/h200-norms, "Partial rows").
+// none: spans -5% to -15% at 2-byte bench shapes, H200). Adding them up over thread-block clusters first (distributed
+// shared memory, one row per cluster of 2, 4 or 8 blocks) lost: spans -2% to +12.5% at those shapes, most of them
+// up. Clusters of 4 or 8 fit fewer blocks at once (layernorm 4096x4096 float16: 264 -> 248 and 240), and at 2, which
+// fit as many, the cluster's barrier and reads cost more than the halved rows saved. Nor did several rows a block,
+// half the blocks: spans level, the row reductions' barriers then wait on more warps (results/h200-norms, "Partial
+// rows").
 template <int N, int PER, Sums S, int SUMS>
 struct ColumnSums {
   // One row per block, more than 16 elements a thread, grad_out in registers (backward_sums_shared): the sums in a
@@ -948,16 +941,17 @@ inline size_t backward_shared_bytes(const RowPlan& p, int64_t cols, int count) {
 // than with its rows in registers (Plain, `plain` bytes): on compute capability 8.0 and later, where a block may have
 // that much shared memory and an SM still holds as many blocks as without it. H100 and H200 (228 KB an SM) stage every
 // variant; GPUs of 100 KB an SM (compute capability 8.6, 8.9, 12.0) would hold fewer blocks of some, and could not
-// launch the 128 KB one (4 packs a thread, 512 threads) at all.
+// launch the 128 KB one (4 packs a thread, 512 threads) at all. 1 yes, 0 no, -1 when the runtime could not say (not
+// staged; stages_at caches only a yes or a no).
 template <auto Staged, auto Plain>
-inline bool stages_rows(const RowPlan& p, size_t staged, size_t plain) {
-  if (compute_major() < 8) return false;
+inline int stages_rows(const RowPlan& p, size_t staged, size_t plain) {
+  if (compute_major() < 8) return 0;
   const int fixed = prepare_kernel<Staged>();  // Staged's static shared memory
-  if (fixed < 0 || staged + size_t(fixed) > size_t(device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>())) {
-    return false;
-  }
+  if (fixed < 0) return -1;
+  if (staged + size_t(fixed) > size_t(device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>())) return 0;
   const int with = blocks_per_sm<Staged>(p.threads(), staged), without = blocks_per_sm<Plain>(p.threads(), plain);
-  return with >= 1 && with >= without;
+  if (with < 0 || without < 0) return -1;
+  return with >= 1 && with >= without ? 1 : 0;
 }
 
 // Whether this device runs Staged rather than Plain, the twins of a norm backward's variant <N, PER, S> (SUMS running
@@ -967,15 +961,18 @@ inline bool stages_rows(const RowPlan& p, size_t staged, size_t plain) {
 // whose bfloat16 spills.
 template <auto Staged, auto Plain, int N, int PER, Sums S, int SUMS>
 inline bool stages_at(int threads, int count) {
-  static int cached[64] = {};  // per device (cache_slot): 0 not asked yet, 1 yes, 2 no
-  const int slot = cache_slot();
-  if (cached[slot] == 0) {
+  static DeviceCache cache;  // 1 yes, 2 no
+  int known = cache.get();
+  if (known == 0) {
     RowPlan p;
     p.group = threads;
     const size_t staged = backward_shared_bytes<N, PER, S, SUMS, true>(p, 0, count);
-    cached[slot] = stages_rows<Staged, Plain>(p, staged, backward_shared_bytes<N, PER, S, SUMS>(p, 0, count)) ? 1 : 2;
+    const int answer = stages_rows<Staged, Plain>(p, staged, backward_shared_bytes<N, PER, S, SUMS>(p, 0, count));
+    if (answer < 0) return false;  // the runtime could not say: not staged this time, asked again next time
+    known = answer > 0 ? 1 : 2;
+    cache.set(known);
   }
-  return cached[slot] == 1;
+  return known == 1;
 }
 
 // Calls go(kernel, smem) for a norm backward's variant <N, PER, S> (SUMS running sums, `count` column sums):
@@ -988,7 +985,7 @@ inline void launch_staged_or_not(const RowPlan& p, int64_t cols, int count, K&& 
   if constexpr (backward_staged<N, PER, S>()) {
     using Staged = decltype(kernel_of(std::true_type{}));
     const size_t staged = backward_shared_bytes<N, PER, S, SUMS, true>(p, cols, count);
-    if (stages_rows<Staged::value, Plain::value>(p, staged, plain)) return go(Staged{}, staged);
+    if (stages_rows<Staged::value, Plain::value>(p, staged, plain) > 0) return go(Staged{}, staged);
   }
   go(Plain{}, plain);
 }
@@ -1038,15 +1035,18 @@ __device__ __forceinline__ void wait_for_primary() {
 // H100: such a kernel could not wait, and is launched in stream order. Asked once per kernel and device.
 template <auto Kernel>
 inline bool waits_for_primary() {
-  static int cached[64] = {};  // per device (cache_slot): 0 not asked yet, 1 yes, 2 no
-  const int slot = cache_slot();
-  if (cached[slot] == 0) {
+  static DeviceCache cache;  // 1 yes, 2 no
+  int known = cache.get();
+  if (known == 0) {
     cudaFuncAttributes attributes = {};
-    const bool waits = compute_major() >= 9 && cudaFuncGetAttributes(&attributes, Kernel) == cudaSuccess &&
-                       attributes.ptxVersion >= 90;
-    cached[slot] = waits ? 1 : 2;
+    if (compute_major() >= 9 && cudaFuncGetAttributes(&attributes, Kernel) != cudaSuccess) {
+      cudaGetLastError();
+      return false;  // launched in stream order this time; asked again next time
+    }
+    known = compute_major() >= 9 && attributes.ptxVersion >= 90 ? 1 : 2;
+    cache.set(known);
   }
-  return cached[slot] == 1;
+  return known == 1;
 }
 
 // A kernel as a type, for code that picks one at compile time and launches it through launch_dependent:
