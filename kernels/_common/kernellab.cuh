@@ -63,6 +63,17 @@ struct DeviceCache {
   }
 };
 
+// A yes or no about the current device, asked once per device through `cache` (a static): ask() says 1 yes, 0 no, or
+// -1 when the runtime could not say, which reads as no this time and is asked again next time (never cached).
+template <typename Ask>
+inline bool cached_yes(DeviceCache& cache, Ask&& ask) {
+  if (const int known = cache.get(); known != 0) return known == 1;  // 1 yes, 2 no
+  const int answer = ask();
+  if (answer < 0) return false;
+  cache.set(answer > 0 ? 1 : 2);
+  return answer > 0;
+}
+
 // An attribute of the current device, cached per device: the query costs microseconds.
 template <cudaDeviceAttr A>
 inline int device_attribute() {

@@ -112,28 +112,62 @@ inline RowPlan plan_norm_forward(int64_t rows, int64_t cols, bool aligned, int s
   return plan_rows(rows, cols, kPack16<T>, aligned, sms);
 }
 
-// How many of Kernel's threads an SM holds at once in blocks of `threads` (the occupancy calculator: its
-// registers, shared memory, and the SM's limit of 32 blocks), cached per kernel, device and block size; 0 when
-// the calculator fails (its error cleared, with any older one still pending, so that the launch reports its own;
-// every launcher here returns its launch's error at once, so none is pending).
+// The CUDA runtime's answers a launch needs (occupancy, shared memory), asked once per kernel and device: the
+// forwards' fitted blocks (fit_block) and the norm backwards' grids and staging. A layernorm backward call made three
+// occupancy queries, a function-attribute query and up to three attribute sets, and took 17.4 us of host time against
+// its forward's 9.2 (4x8192 float16, H200; results/h200-timeline-norms). Asked once, the binding's host time went 10.8
+// -> 10.6 us there, 13.0 -> 11.1 at 16384x1024 (rmsnorm 10.9 -> 10.1, 12.6 -> 10.7; the least of two rounds, a noisy
+// host).
+
+// Kernel's static shared memory in bytes, or -1 when the runtime cannot say (its error cleared; asked again next
+// time). Kernel is first allowed as much dynamic shared memory as the device lets a block have beside that (past the
+// default 48 KB: column sums in shared memory up to 64 KB, staged rows, BackwardRows, up to 128 KB). The allowance is a
+// limit, not a reservation (an SM holds blocks by each launch's own bytes), so at its largest it serves every launch
+// shape, and two threads that first meet a kernel at once set the same value.
 template <auto Kernel>
-inline int resident_threads(int threads) {
-  static std::atomic<int> cached[8][6];  // device, log2(threads / 32); zero until asked
-  int device = 0, slot = 0;
-  cudaGetDevice(&device);
-  while ((32 << slot) < threads) ++slot;
-  const bool cacheable = device < 8 && slot < 6;
-  int n = cacheable ? cached[device][slot].load(std::memory_order_relaxed) : 0;
-  if (n == 0) {
-    int blocks = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, Kernel, threads, 0) != cudaSuccess) {
-      cudaGetLastError();
-      return 0;
-    }
-    n = blocks * threads;
-    if (cacheable && n > 0) cached[device][slot].store(n, std::memory_order_relaxed);
+inline int prepare_kernel() {
+  static DeviceCache cache;  // static bytes + 1
+  if (const int known = cache.get(); known > 0) return known - 1;
+  cudaFuncAttributes a{};
+  if (cudaFuncGetAttributes(&a, Kernel) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
   }
-  return n;
+  const int most = device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>() - static_cast<int>(a.sharedSizeBytes);
+  if (cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, most) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  cache.set(static_cast<int>(a.sharedSizeBytes) + 1);  // after the set: a thread that reads it launches after it
+  return static_cast<int>(a.sharedSizeBytes);
+}
+
+// Blocks of Kernel an SM holds at once in blocks of `threads` with `smem` bytes of dynamic shared memory (the occupancy
+// calculator: registers, shared memory, the SM's limit of 32 blocks; after prepare_kernel where smem > 0), cached per
+// kernel, device and launch shape (an entry per width a program uses, where the bytes follow the width); -1 when it
+// fails (its error cleared, not cached; every launcher here returns its launch's error at once, so none older is
+// pending).
+template <auto Kernel>
+inline int blocks_per_sm(int threads, size_t smem) {
+  static std::mutex mutex;
+  static std::map<std::tuple<int, int, size_t>, int> cached;
+  const int slot = cache_slot();
+  const std::tuple<int, int, size_t> key{slot, threads, smem};
+  if (slot >= 0) {
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (const auto it = cached.find(key); it != cached.end()) return it->second;
+  }
+  int blocks = 0;
+  if ((smem > 0 && prepare_kernel<Kernel>() < 0) ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, Kernel, threads, smem) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  if (slot >= 0) {
+    const std::lock_guard<std::mutex> lock(mutex);
+    cached.emplace(key, blocks);
+  }
+  return blocks;
 }
 
 // A forward's plan with its blocks fitted to the kernel that runs it: fewer rows per block, down to one warp,
@@ -148,9 +182,11 @@ inline int resident_threads(int threads) {
 // one row a block already, unchanged. (Not for backwards: their column sums want several rows per block.)
 template <auto Kernel>
 inline RowPlan fit_block(RowPlan p, int64_t rows) {
-  const int resident = p.rows_per_block > 1 ? resident_threads<Kernel>(p.threads()) : 0;
-  while (resident > 0 && p.rows_per_block > 1 && p.group * (p.rows_per_block / 2) >= 32 &&
-         resident_threads<Kernel>(p.group * (p.rows_per_block / 2)) >= resident) {
+  // Kernel's threads an SM holds at once in blocks of `threads`; negative when the calculator fails (not fitted).
+  const auto resident = [](int threads) { return blocks_per_sm<Kernel>(threads, 0) * threads; };
+  const int most = p.rows_per_block > 1 ? resident(p.threads()) : 0;
+  while (most > 0 && p.rows_per_block > 1 && p.group * (p.rows_per_block / 2) >= 32 &&
+         resident(p.group * (p.rows_per_block / 2)) >= most) {
     p.rows_per_block /= 2;
   }
   p.blocks = (rows + p.rows_per_block - 1) / p.rows_per_block;
@@ -594,61 +630,6 @@ inline int64_t backward_grid_bound(const RowPlan& p, int sms) {
   return std::min<int64_t>(p.blocks, int64_t(sms) * std::max(1, 2048 / p.threads()));
 }
 
-// The CUDA runtime's answers a norm backward needs each call, asked once per kernel and device: a layernorm backward
-// call made three occupancy queries, a function-attribute query and up to three attribute sets, and took 17.4 us of
-// host time against its forward's 9.2 (4x8192 float16, H200; results/h200-timeline-norms). Asked once, the binding's
-// host time went 10.8 -> 10.6 us there, 13.0 -> 11.1 at 16384x1024 (rmsnorm 10.9 -> 10.1, 12.6 -> 10.7; the least of
-// two rounds, a noisy host).
-
-// Kernel's static shared memory in bytes, or -1 when the runtime cannot say (its error cleared; asked again next
-// time). Kernel is first allowed as much dynamic shared memory as the device lets a block have beside that (past the
-// default 48 KB: column sums in shared memory up to 64 KB, staged rows, BackwardRows, up to 128 KB). The allowance is a
-// limit, not a reservation (an SM holds blocks by each launch's own bytes), so at its largest it serves every launch
-// shape, and two threads that first meet a kernel at once set the same value.
-template <auto Kernel>
-inline int prepare_kernel() {
-  static DeviceCache cache;  // static bytes + 1
-  if (const int known = cache.get(); known > 0) return known - 1;
-  cudaFuncAttributes a{};
-  if (cudaFuncGetAttributes(&a, Kernel) != cudaSuccess) {
-    cudaGetLastError();
-    return -1;
-  }
-  const int most = device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>() - static_cast<int>(a.sharedSizeBytes);
-  if (cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, most) != cudaSuccess) {
-    cudaGetLastError();
-    return -1;
-  }
-  cache.set(static_cast<int>(a.sharedSizeBytes) + 1);  // after the set: a thread that reads it launches after it
-  return static_cast<int>(a.sharedSizeBytes);
-}
-
-// Blocks of Kernel an SM holds at once in blocks of `threads` with `smem` bytes of dynamic shared memory (the occupancy
-// calculator, after prepare_kernel), cached per kernel, device and launch shape (an entry per width a program uses,
-// where the bytes follow the width); -1 when it fails (its error cleared; not cached).
-template <auto Kernel>
-inline int blocks_per_sm(int threads, size_t smem) {
-  static std::mutex mutex;
-  static std::map<std::tuple<int, int, size_t>, int> cached;
-  const int slot = cache_slot();
-  const std::tuple<int, int, size_t> key{slot, threads, smem};
-  if (slot >= 0) {
-    const std::lock_guard<std::mutex> lock(mutex);
-    if (const auto it = cached.find(key); it != cached.end()) return it->second;
-  }
-  int blocks = 0;
-  if (prepare_kernel<Kernel>() < 0 ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, Kernel, threads, smem) != cudaSuccess) {
-    cudaGetLastError();
-    return -1;
-  }
-  if (slot >= 0) {
-    const std::lock_guard<std::mutex> lock(mutex);
-    cached.emplace(key, blocks);
-  }
-  return blocks;
-}
-
 // The grid actually launched: what the occupancy calculator says fits, within the bound.
 template <auto Kernel>
 inline int backward_grid(const RowPlan& p, size_t smem, int sms) {
@@ -961,18 +942,13 @@ inline int stages_rows(const RowPlan& p, size_t staged, size_t plain) {
 // whose bfloat16 spills.
 template <auto Staged, auto Plain, int N, int PER, Sums S, int SUMS>
 inline bool stages_at(int threads, int count) {
-  static DeviceCache cache;  // 1 yes, 2 no
-  int known = cache.get();
-  if (known == 0) {
+  static DeviceCache cache;
+  return cached_yes(cache, [&] {
     RowPlan p;
     p.group = threads;
     const size_t staged = backward_shared_bytes<N, PER, S, SUMS, true>(p, 0, count);
-    const int answer = stages_rows<Staged, Plain>(p, staged, backward_shared_bytes<N, PER, S, SUMS>(p, 0, count));
-    if (answer < 0) return false;  // the runtime could not say: not staged this time, asked again next time
-    known = answer > 0 ? 1 : 2;
-    cache.set(known);
-  }
-  return known == 1;
+    return stages_rows<Staged, Plain>(p, staged, backward_shared_bytes<N, PER, S, SUMS>(p, 0, count));
+  });
 }
 
 // Calls go(kernel, smem) for a norm backward's variant <N, PER, S> (SUMS running sums, `count` column sums):
@@ -1035,18 +1011,16 @@ __device__ __forceinline__ void wait_for_primary() {
 // H100: such a kernel could not wait, and is launched in stream order. Asked once per kernel and device.
 template <auto Kernel>
 inline bool waits_for_primary() {
-  static DeviceCache cache;  // 1 yes, 2 no
-  int known = cache.get();
-  if (known == 0) {
+  static DeviceCache cache;
+  return cached_yes(cache, [] {
+    if (compute_major() < 9) return 0;
     cudaFuncAttributes attributes = {};
-    if (compute_major() >= 9 && cudaFuncGetAttributes(&attributes, Kernel) != cudaSuccess) {
+    if (cudaFuncGetAttributes(&attributes, Kernel) != cudaSuccess) {
       cudaGetLastError();
-      return false;  // launched in stream order this time; asked again next time
+      return -1;  // launched in stream order this time; asked again next time
     }
-    known = compute_major() >= 9 && attributes.ptxVersion >= 90 ? 1 : 2;
-    cache.set(known);
-  }
-  return known == 1;
+    return attributes.ptxVersion >= 90 ? 1 : 0;
+  });
 }
 
 // A kernel as a type, for code that picks one at compile time and launches it through launch_dependent:
