@@ -124,7 +124,10 @@ __device__ __forceinline__ MaxSum combine(MaxSum a, MaxSum b) {
 // bfloat16 2.78 -> 2.68; 64x4096 -2% to -4% (2 more registers at most, none spilled). At 32 elements (float16 <8, 4>:
 // 32 -> 54 registers) it lost: 8192x5120 float16 42.5 -> 51.9 us, 2048x14336 31.2 -> 35.1. Tried for the kept path
 // and left out: two reductions (the max, then the sum of exponentials against it, as Liger-Kernel does, with no exp2
-// in the reductions): 4x8192 float16 2.62 -> 2.65 us, 32x8192 2.85 -> 2.95, 64x4096 2.57 -> 2.64.
+// in the reductions): 4x8192 float16 2.62 -> 2.65 us, 32x8192 2.85 -> 2.95, 64x4096 2.57 -> 2.64. Also left out: at 32
+// elements, float16's kept as __half2 pairs (16 registers; <8, 4> held to 32 registers, no spills): the bench shapes
+// -0.9% to +0.4% (they wait on memory, not on the XU pipe), 600x4096 -5.7%, and one more rounding, which doubled the
+// largest error (4096x4096 6.1e-5 -> 1.2e-4; results/h200-norms, 2026-11-30).
 constexpr int kKeptExps = 16;
 template <int N, int PER>
 __host__ __device__ constexpr bool keeps_exps() {

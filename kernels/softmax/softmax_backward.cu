@@ -44,6 +44,8 @@ template <typename T>
 cudaError_t launch(const T* dy, const T* y, T* dx, int64_t rows, int64_t cols, cudaStream_t stream) {
   if (rows == 0 || cols == 0) return cudaSuccess;
   const bool aligned = kl::aligned16(dy) && kl::aligned16(y) && kl::aligned16(dx);
+  // float32's rows of 1024 and 4096 take 16 elements a thread at 60 registers (50% occupancy); at 8 (100%) or 32 (a
+  // warp a row, 25%) they stayed within 0.5% (H200): this kernel moves its bytes at the memory's pace at any of them.
   const kl::RowPlan p = kl::plan_backward_rows(rows, cols, kl::kPack16<T>, aligned, kl::sm_count(), false);
   const dim3 grid(static_cast<unsigned>(p.blocks)), block(static_cast<unsigned>(p.threads()));
   if (p.pack == 1) {
