@@ -7,7 +7,6 @@
 // them again (mostly from L2).
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <map>
 #include <mutex>
