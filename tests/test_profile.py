@@ -81,6 +81,26 @@ def test_the_full_set_names_spills_bank_conflicts_and_shared_atomics() -> None:
     assert rows[3].endswith("| n/a |")
 
 
+def test_the_summary_counts_each_kernels_warp_instructions() -> None:
+    """Nsight Compute's full set on the H200, softmax's float16 backward at 4x8192: kernellab's kernel and
+    Liger-Kernel's stall alike per instruction, and the count is what tells them apart (Liger-Kernel's computes in
+    float16). A profile without the metric says so with a dash."""
+    ours, liger = map(ncu.summarize, ncu.parse_raw_csv((DATA / "ncu-raw-softmax-backward-decode-h200-full.csv").read_text()))
+    assert (ours["kernel"], liger["kernel"]) == ("softmax_backward_kernel", "_softmax_single_block_backward_kernel")
+    assert (ours["instructions"], liger["instructions"]) == (16_064, 8_832)
+    assert (ours["duration_ns"], liger["duration_ns"]) == (4_192, 3_328)
+    older = ncu.summarize(ncu.parse_raw_csv((DATA / "ncu-raw-softmax-h100.csv").read_text())[0])
+    assert older["instructions"] is None
+    doc = {"op": "softmax", "shape": {"rows": 4, "cols": 8192}, "dtype": "float16", "gpu": "H200", "mode": "ncu",
+           "set": "full", "warmup_calls": 3, "seconds": 12.0, "ncu": {"version": "2025.3"},
+           "impls": {"kernellab": {"role": "candidate", "kernels": [ours]},
+                     "liger": {"role": "published", "kernels": [liger]}, "eager": {"role": "baseline", "kernels": [older]}}}
+    rows = [line for line in report.to_markdown(doc).splitlines() if line.startswith("| ")]
+    assert "| smem | warp instructions | limiter |" in rows[0]
+    assert "| 32 | 128 B | 16K | latency |" in rows[1] and "| 32 | 32 B | 8.8K | latency |" in rows[2]
+    assert "| 256 B | – | memory (L2) |" in rows[3]
+
+
 @pytest.mark.parametrize("n, text", [(0, "0"), (999, "999"), (1234, "1.2K"), (9_950, "10K"), (888_960, "889K"),
                                      (999_499, "999K"), (999_600, "1.0M"), (8_300_780, "8.3M"), (12_000_000_000, "12G")])
 def test_counts_are_short(n: float, text: str) -> None:
@@ -183,7 +203,7 @@ def test_the_summary_puts_candidate_and_baselines_side_by_side() -> None:
                      "eager": {"role": "baseline", "kernels": [dict(kernel, kernel="cunn_SoftMaxForward")]}}}
     text = report.to_markdown(doc)
     assert "| kernellab (candidate) | `softmax_kernel` | 41.2 µs | 81.3 | 83.1 | 47.1 | 2725 | 89.8 / 100.0 % | 32 " \
-           "| 256 B | memory (L2) | long_scoreboard 12.6" in text
+           "| 256 B | – | memory (L2) | long_scoreboard 12.6" in text
     assert "| eager (baseline) | `cunn_SoftMaxForward` |" in text
     assert "2 kernels profiled in 30.0 s (15.0 s per kernel" in text
     long = "triton_red_fused__softmax_backward_data_native_layer_norm_backward_{}"  # torch.compile's, cut by timeline.short

@@ -48,6 +48,7 @@ def test_profile_reports_the_candidate_and_every_baseline(op: str, tmp_path: Pat
         for k in info["kernels"]:
             assert k["duration_ns"] > 0 and k["registers"] > 0 and k["limiter"].split()[0] in ("memory", "compute", "latency")
             assert 0 < k["sm_pct"] <= 100 and 0 < k["occupancy_achieved_pct"] <= 100
+            assert k["instructions"] > 0  # the basic set asks for them (ncu.BASIC_EXTRA)
     assert "| impl | kernel |" in (folder / "summary.md").read_text()
     assert not (tmp_path / "profile.partial").exists()
 

@@ -23,8 +23,10 @@ from . import tools
 #: The NVTX range the profiled call runs in (ncu --nvtx-include "kernellab/": a push/pop range of that name).
 RANGE = "kernellab"
 SETS = ("basic", "full")
-#: Beyond ncu's basic set: warp states (the stall reasons) and DRAM bytes (GB/s to compare with the bench).
-BASIC_EXTRA = ("--section", "WarpStateStats", "--metrics", "dram__bytes_read.sum,dram__bytes_write.sum")
+#: Beyond ncu's basic set: warp states (the stall reasons), DRAM bytes (GB/s to compare with the bench) and the warp
+#: instructions executed (the full set has them).
+BASIC_EXTRA = ("--section", "WarpStateStats", "--metrics",
+               "dram__bytes_read.sum,dram__bytes_write.sum,smsp__inst_executed.sum")
 #: The summary's fields, from ncu's raw metric names.
 METRICS = {
     "duration_ns": "gpu__time_duration.sum",
@@ -42,6 +44,10 @@ METRICS = {
     "grid_size": "launch__grid_size",
     "dram_read_bytes": "dram__bytes_read.sum",
     "dram_write_bytes": "dram__bytes_write.sum",
+    # Warp instructions executed, all the kernel's warps together: two kernels that stall alike per instruction can
+    # differ in how many they issue (Liger-Kernel's float16 softmax backward at 4x8192 executes 8.8K to kernellab's
+    # 16K: it computes in float16, kernellab in float32).
+    "instructions": "smsp__inst_executed.sum",
 }
 #: What a kernel writer fixes first, from the full set's memory tables (the basic set lacks them): local-memory
 #: accesses of register spills, shared-memory wavefronts and the bank conflicts among them, and shared-memory

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from .ncu import short_count
 from .timeline import short
 
 JSON = "profile.json"
@@ -23,6 +24,10 @@ def write(folder: Path, doc: dict[str, Any]) -> None:
 
 def _fmt(value: float | None, spec: str = ".1f", suffix: str = "") -> str:
     return "–" if value is None else f"{value:{spec}}{suffix}"
+
+
+def _count(n: float | None) -> str:
+    return "–" if n is None else short_count(n)
 
 
 def _hazards(found: list[str] | None) -> str:
@@ -41,8 +46,8 @@ def to_markdown(doc: dict[str, Any]) -> str:
     lines += [f"Nsight Compute {ncu['version'] or '?'}, `--set {doc['set']}`, clocks locked to base, caches flushed "
               f"before each kernel; the call after {doc['warmup_calls']} warm-up calls.", "",
               "| impl | kernel | time | DRAM % | L2 % | SM % | DRAM GB/s | occupancy (achieved / theoretical) "
-              "| regs | smem | limiter | top stalls | hazards |",
-              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|"]
+              "| regs | smem | warp instructions | limiter | top stalls | hazards |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|"]
     for impl, info in doc["impls"].items():
         for k in info["kernels"]:
             stalls = ", ".join(f"{s['reason']} {s['cycles_per_issue']:.1f}" for s in k["stalls"]) or "–"
@@ -51,7 +56,8 @@ def to_markdown(doc: dict[str, Any]) -> str:
             name = short(k["kernel"], 48)
             lines.append(f"| {impl} ({info['role']}) | `{name}` | {_fmt(time_us, '.1f', ' µs')} | {_fmt(k['dram_pct'])} "
                          f"| {_fmt(k['l2_pct'])} | {_fmt(k['sm_pct'])} | {_fmt(k['dram_gbps'], '.0f')} | {occupancy} "
-                         f"| {_fmt(k['registers'], '.0f')} | {_fmt(k['shared_bytes'], '.0f', ' B')} | {k['limiter']} "
+                         f"| {_fmt(k['registers'], '.0f')} | {_fmt(k['shared_bytes'], '.0f', ' B')} "
+                         f"| {_count(k.get('instructions'))} | {k['limiter']} "
                          f"| {stalls} | {_hazards(k.get('hazards'))} |")
     total = sum(len(i["kernels"]) for i in doc["impls"].values())
     lines += ["", f"{total} kernels profiled in {doc['seconds']:.1f} s ({doc['seconds'] / max(total, 1):.1f} s per kernel, "
