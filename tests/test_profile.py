@@ -85,7 +85,8 @@ def test_the_summary_counts_each_kernels_warp_instructions() -> None:
     """Nsight Compute's full set on the H200, softmax's float16 backward at 4x8192: kernellab's kernel and
     Liger-Kernel's stall alike per instruction, and the count is what tells them apart (Liger-Kernel's computes in
     float16). A profile without the metric says so with a dash."""
-    ours, liger = map(ncu.summarize, ncu.parse_raw_csv((DATA / "ncu-raw-softmax-backward-decode-h200-full.csv").read_text()))
+    raw = (DATA / "ncu-raw-softmax-backward-decode-h200-full.csv").read_text()
+    ours, liger = map(ncu.summarize, ncu.parse_raw_csv(raw))
     assert (ours["kernel"], liger["kernel"]) == ("softmax_backward_kernel", "_softmax_single_block_backward_kernel")
     assert (ours["instructions"], liger["instructions"]) == (16_064, 8_832)
     assert (ours["duration_ns"], liger["duration_ns"]) == (4_192, 3_328)
@@ -94,7 +95,8 @@ def test_the_summary_counts_each_kernels_warp_instructions() -> None:
     doc = {"op": "softmax", "shape": {"rows": 4, "cols": 8192}, "dtype": "float16", "gpu": "H200", "mode": "ncu",
            "set": "full", "warmup_calls": 3, "seconds": 12.0, "ncu": {"version": "2025.3"},
            "impls": {"kernellab": {"role": "candidate", "kernels": [ours]},
-                     "liger": {"role": "published", "kernels": [liger]}, "eager": {"role": "baseline", "kernels": [older]}}}
+                     "liger": {"role": "published", "kernels": [liger]},
+                     "eager": {"role": "baseline", "kernels": [older]}}}
     rows = [line for line in report.to_markdown(doc).splitlines() if line.startswith("| ")]
     assert "| smem | warp instructions | limiter |" in rows[0]
     assert "| 32 | 128 B | 16K | latency |" in rows[1] and "| 32 | 32 B | 8.8K | latency |" in rows[2]

@@ -153,8 +153,9 @@ def test_an_nsys_older_than_the_images_cuda_is_refused_before_capturing():
 
 def test_the_nsight_compute_table_counts_each_kernels_warp_instructions():
     """The recipe's table has the op profile's warp-instruction column, read the same way (ncu.summarize)."""
-    rows = ncu.parse_raw_csv((Path(__file__).parent / "data" / "ncu-raw-softmax-backward-decode-h200-full.csv").read_text())
-    table = profiles._ncu_table(capture.Counters(version="2025.3", patterns=["softmax"], kernels=[ncu.summarize(r) for r in rows]))
+    raw = (Path(__file__).parent / "data" / "ncu-raw-softmax-backward-decode-h200-full.csv").read_text()
+    kernels = [ncu.summarize(r) for r in ncu.parse_raw_csv(raw)]
+    table = profiles._ncu_table(capture.Counters(version="2025.3", patterns=["softmax"], kernels=kernels))
     assert "| smem | warp instructions | limiter |" in table[2]
     assert table[4].startswith("| `softmax_backward_kernel` |") and "| 128 B | 16K | latency |" in table[4]
     assert "| 32 B | 8.8K | latency |" in table[5]

@@ -198,6 +198,11 @@ def short_count(n: float) -> str:
     return (f"{value:.1f}" if value < 9.95 else f"{value:.0f}") + "G"
 
 
+def count_cell(n: float | None) -> str:
+    """A count in a summary table's cell (short_count), or a dash where the profile lacks it."""
+    return "–" if n is None else short_count(n)
+
+
 def _in_base_unit(value: float, unit: str) -> float:
     scale = {"usecond": 1e3, "us": 1e3, "msecond": 1e6, "ms": 1e6, "second": 1e9, "s": 1e9,
              "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "KB": 1e3, "MB": 1e6, "GB": 1e9}

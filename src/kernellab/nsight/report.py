@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .ncu import short_count
+from .ncu import count_cell
 from .timeline import short
 
 JSON = "profile.json"
@@ -24,10 +24,6 @@ def write(folder: Path, doc: dict[str, Any]) -> None:
 
 def _fmt(value: float | None, spec: str = ".1f", suffix: str = "") -> str:
     return "–" if value is None else f"{value:{spec}}{suffix}"
-
-
-def _count(n: float | None) -> str:
-    return "–" if n is None else short_count(n)
 
 
 def _hazards(found: list[str] | None) -> str:
@@ -57,7 +53,7 @@ def to_markdown(doc: dict[str, Any]) -> str:
             lines.append(f"| {impl} ({info['role']}) | `{name}` | {_fmt(time_us, '.1f', ' µs')} | {_fmt(k['dram_pct'])} "
                          f"| {_fmt(k['l2_pct'])} | {_fmt(k['sm_pct'])} | {_fmt(k['dram_gbps'], '.0f')} | {occupancy} "
                          f"| {_fmt(k['registers'], '.0f')} | {_fmt(k['shared_bytes'], '.0f', ' B')} "
-                         f"| {_count(k.get('instructions'))} | {k['limiter']} "
+                         f"| {count_cell(k.get('instructions'))} | {k['limiter']} "
                          f"| {stalls} | {_hazards(k.get('hazards'))} |")
     total = sum(len(i["kernels"]) for i in doc["impls"].values())
     lines += ["", f"{total} kernels profiled in {doc['seconds']:.1f} s ({doc['seconds'] / max(total, 1):.1f} s per kernel, "

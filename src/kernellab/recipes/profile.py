@@ -310,13 +310,14 @@ def _ncu_table(counters: Counters) -> list[str]:
     lines = [f"Nsight Compute {counters['version'] or '?'}, `--set basic`, clocks locked to base, caches flushed before "
              f"each kernel; kernels matching {', '.join(f'`{p}`' for p in counters['patterns'])}.", "",
              "| kernel | time | DRAM % | L2 % | SM % | DRAM GB/s | occupancy (achieved / theoretical) | regs | smem "
-             "| warp instructions | limiter | top stalls |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+             "| warp instructions | limiter | top stalls |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
     for k in counters["kernels"]:
         stalls = ", ".join(f"{s['reason']} {s['cycles_per_issue']:.1f}" for s in k["stalls"]) or "–"
         time_us = None if k["duration_ns"] is None else k["duration_ns"] / 1e3
-        instructions = "–" if k.get("instructions") is None else ncu.short_count(k["instructions"])
         lines.append(f"| `{timeline.short(k['kernel'], 48)}` | {f(time_us)} µs | {f(k['dram_pct'])} | {f(k['l2_pct'])} "
                      f"| {f(k['sm_pct'])} | {f(k['dram_gbps'], '.0f')} | {f(k['occupancy_achieved_pct'])} / "
                      f"{f(k['occupancy_theoretical_pct'])} % | {f(k['registers'], '.0f')} | "
-                     f"{f(k['shared_bytes'], '.0f')} B | {instructions} | {k['limiter']} | {stalls} |")
+                     f"{f(k['shared_bytes'], '.0f')} B | {ncu.count_cell(k.get('instructions'))} | {k['limiter']} "
+                     f"| {stalls} |")
     return lines
