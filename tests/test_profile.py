@@ -12,7 +12,7 @@ import pytest
 
 from kernellab import proc
 from kernellab.errors import ConfigError, ProfileError
-from kernellab.nsight import calls, ncu, profile, report, sanitize, tools
+from kernellab.nsight import calls, ncu, report, sanitize, tools
 from kernellab.ops.spec import KERNELS, parse_spec
 
 DATA = Path(__file__).parent / "data"
@@ -31,6 +31,50 @@ def test_ncu_profiles_only_the_nvtx_range_with_clocks_and_caches_controlled(tmp_
     assert "--set full" in " ".join(full) and "WarpStateStats" not in full
     assert full[full.index("--kernel-name") + 1] == r"regex:softmax_\w+"
     assert full[full.index("--kernel-name-base") + 1] == "function"  # no namespace, template or parameters
+
+
+def test_clocks_second_run_takes_only_the_time_and_the_sm_clock_at_the_gpus_own_clocks(tmp_path: Path) -> None:
+    boost = ncu.ncu_argv("ncu", tmp_path / "b.ncu-rep", ["p"], set_name="full", kernel="k", boost=True)
+    joined = " ".join(boost)
+    assert "--clock-control none" in joined and "--cache-control all" in joined and "--set" not in boost
+    assert boost[boost.index("--metrics") + 1] == "gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second"
+    assert "--nvtx-include kernellab/" in joined and boost[boost.index("--kernel-name") + 1] == "regex:k"
+    for set_name in ncu.SETS:  # the first run records its SM clock in either set
+        argv = ncu.ncu_argv("ncu", tmp_path / "r", ["p"], set_name=set_name)
+        assert "--clock-control base" in " ".join(argv) and ncu.SM_CLOCK in argv[argv.index("--metrics") + 1]
+
+
+def test_the_share_of_the_sm_clock_a_kernels_time_follows() -> None:
+    """Figures of the H200 (2026-11-30): layernorm's float16 backward at 4096x4096 follows most of the SM clock's
+    change, softmax's at the same shape, at 82% of the copy bandwidth, hardly any."""
+    norm = ncu.clock_share(46_400, 1.4825e9, 36_448, 1.9582e9)
+    soft = ncu.clock_share(24_832, 1.4792e9, 24_160, 1.9623e9)
+    assert norm is not None and soft is not None
+    assert 0.86 < norm < 0.88 and 0.09 < soft < 0.11
+    assert ncu.clock_share(100.0, 1e9, 50.0, 2e9) == pytest.approx(1.0)  # time halves with the clock doubled
+    assert ncu.clock_share(100.0, 1e9, 100.0, 2e9) == pytest.approx(0.0)
+    assert ncu.clock_share(100.0, 1.0e9, 99.0, 1.04e9) is None  # the clocks hardly differed: no share
+    assert ncu.clock_share(None, 1e9, 50.0, 2e9) is None and ncu.clock_share(100.0, 1e9, 50.0, None) is None
+
+
+def test_the_second_run_is_matched_to_the_first_by_order_and_name_and_shown_beside_it() -> None:
+    kernel = ncu.summarize(ncu.parse_raw_csv((DATA / "ncu-raw-softmax-h100.csv").read_text())[0])
+    first = [dict(kernel, duration_ns=46_400.0, sm_hz=1.4825e9), dict(kernel, kernel="other", sm_hz=1.4825e9)]
+    boost = [{"kernel": "softmax_kernel", "duration_ns": 36_448.0, "sm_hz": 1.9582e9},
+             {"kernel": "renamed", "duration_ns": 1.0, "sm_hz": 1.9582e9}]
+    ours, other = ncu.with_boost(first, boost)
+    assert ours["boost_duration_ns"] == 36_448.0 and ours["clock_share"] == pytest.approx(0.87, abs=0.01)
+    assert other["boost_duration_ns"] is None and other["clock_share"] is None  # not the same kernel: no share
+    doc = {"op": "layernorm", "shape": {"rows": 4096, "cols": 4096}, "dtype": "float16", "gpu": "H200", "mode": "ncu",
+           "set": "basic", "warmup_calls": 3, "seconds": 30.0, "ncu": {"version": "2025.3", "boost_run": True},
+           "impls": {"kernellab": {"role": "candidate", "kernels": [ours, other]}}}
+    text = report.to_markdown(doc)
+    assert "| time | time at own clocks | follows SM clock | DRAM % |" in text
+    assert "| 46.4 µs | 36.4 µs (1.48 -> 1.96 GHz) | 87% | 81.3 |" in text
+    assert "| `other` | 41.2 µs | – | – | 81.3 |" in text
+    assert "Each call again at the GPU's own clocks (`--clocks`)." in text and "About 100%: the time" in text
+    plain = report.to_markdown(dict(doc, ncu={"version": "2025.3"}))
+    assert "follows SM clock" not in plain and "| 46.4 µs | 81.3 |" in plain
 
 
 def test_bad_set_and_bad_kernel_regex_are_one_sentence(tmp_path: Path) -> None:
@@ -143,45 +187,45 @@ def test_ncu_failures_become_one_sentence_with_the_remedy() -> None:
 
 def test_shapes_and_implementations_are_chosen_from_the_op() -> None:
     spec = parse_spec(KERNELS / "softmax" / "op.toml")
-    assert profile.choose_shape(spec, None) == spec.bench_shapes[0]
-    assert profile.choose_shape(spec, "1") == spec.bench_shapes[1]
-    assert profile.choose_shape(spec, "rows=8,cols=128") == {"rows": 8, "cols": 128}
+    assert calls.choose_shape(spec, None) == spec.bench_shapes[0]
+    assert calls.choose_shape(spec, "1") == spec.bench_shapes[1]
+    assert calls.choose_shape(spec, "rows=8,cols=128") == {"rows": 8, "cols": 128}
     with pytest.raises(ConfigError, match=f"has {len(spec.bench_shapes)} bench shapes"):
-        profile.choose_shape(spec, str(len(spec.bench_shapes)))
+        calls.choose_shape(spec, str(len(spec.bench_shapes)))
     with pytest.raises(ConfigError, match="the keys cols, rows"):
-        profile.choose_shape(spec, "n=8")
+        calls.choose_shape(spec, "n=8")
     with pytest.raises(ConfigError, match="k=v,k=v or ROWSxCOLS with integers"):
-        profile.choose_shape(spec, "rows=big")
+        calls.choose_shape(spec, "rows=big")
     # The sizes in the order of the op's keys, as file names and summaries write a shape.
-    assert profile.choose_shape(spec, "4096x1024") == {"rows": 4096, "cols": 1024}
-    assert profile.choose_shape(spec, "8X128") == {"rows": 8, "cols": 128}
-    assert list(profile.choose_shape(spec, "cols=128, rows=8")) == ["rows", "cols"]  # the file name's order
-    assert profile.choose_shape(spec, " 1 ") == spec.bench_shapes[1]
+    assert calls.choose_shape(spec, "4096x1024") == {"rows": 4096, "cols": 1024}
+    assert calls.choose_shape(spec, "8X128") == {"rows": 8, "cols": 128}
+    assert list(calls.choose_shape(spec, "cols=128, rows=8")) == ["rows", "cols"]  # the file name's order
+    assert calls.choose_shape(spec, " 1 ") == spec.bench_shapes[1]
     matmul = parse_spec(KERNELS / "matmul" / "op.toml")
-    assert list(profile.choose_shape(matmul, "64x32x16").values()) == [64, 32, 16]
+    assert list(calls.choose_shape(matmul, "64x32x16").values()) == [64, 32, 16]
     with pytest.raises(ConfigError, match=r"softmax's shapes have 2 sizes \(ROWSxCOLS\)"):
-        profile.choose_shape(spec, "4096x1024x3")
+        calls.choose_shape(spec, "4096x1024x3")
     with pytest.raises(ConfigError, match="every size must be at least 1"):
-        profile.choose_shape(spec, "0x1024")
+        calls.choose_shape(spec, "0x1024")
     with pytest.raises(ConfigError, match="ROWSxCOLS with integers"):
-        profile.choose_shape(spec, "4096xbig")
-    assert profile.choose_impls(spec, None) == [("kernellab", "candidate"), ("eager", "baseline"),
+        calls.choose_shape(spec, "4096xbig")
+    assert calls.choose_impls(spec, None) == [("kernellab", "candidate"), ("eager", "baseline"),
                                                 ("compile", "baseline")]
-    assert profile.choose_impls(spec, ["eager"]) == [("eager", "baseline")]
+    assert calls.choose_impls(spec, ["eager"]) == [("eager", "baseline")]
     with pytest.raises(ConfigError, match="--impl sdpa: softmax has kernellab, eager, compile"):
-        profile.choose_impls(spec, ["sdpa"])
-    assert profile.file_stem(spec, {"rows": 4096, "cols": 1024}, "float16", "eager") == "softmax-4096x1024-float16-eager"
+        calls.choose_impls(spec, ["sdpa"])
+    assert calls.file_stem(spec, {"rows": 4096, "cols": 1024}, "float16", "eager") == "softmax-4096x1024-float16-eager"
 
 
 def test_a_backward_profile_leaves_out_the_candidates_without_a_backward_and_refuses_one_named() -> None:
     spec = parse_spec(KERNELS / "layernorm" / "op.toml")
     spec = dataclasses.replace(spec, candidates={**spec.candidates, "forward_only": "layernorm_fwd_only"})
-    assert ("forward_only", "candidate") in profile.choose_impls(spec, None)
+    assert ("forward_only", "candidate") in calls.choose_impls(spec, None)
     for which in ("backward", "full"):
-        assert [n for n, _ in profile.choose_impls(spec, None, which=which)] == ["kernellab", "eager", "compile"]
+        assert [n for n, _ in calls.choose_impls(spec, None, which=which)] == ["kernellab", "eager", "compile"]
         with pytest.raises(ConfigError, match="--impl forward_only: layernorm's candidate forward_only has no "
                                               r"backward \(op.toml's \[backward\] candidates: kernellab\)"):
-            profile.choose_impls(spec, ["eager", "forward_only"], which=which)
+            calls.choose_impls(spec, ["eager", "forward_only"], which=which)
 
 
 def test_only_a_backward_or_full_pass_turns_autograds_thread_off_and_says_when_torch_cannot(
@@ -376,3 +420,8 @@ def test_the_task_answers_a_bad_shape_or_dtype_before_anything_runs() -> None:
     task_module.profile.body(context(place), k="softmax", shape="4096x1024", dtype="float16")
     argv = place.job.argv
     assert argv[argv.index("--shape") + 1] == "4096x1024" and argv[argv.index("--dtype") + 1] == "float16"
+    for other in ({"trace": True}, {"timeline": True}):
+        with pytest.raises(Exit, match="--clocks compares Nsight Compute's runs|--clocks is for Nsight Compute"):
+            task_module.profile.body(context(place), k="softmax", clocks=True, **other)
+    task_module.profile.body(context(place), k="softmax", clocks=True)
+    assert len(place.jobs) == 2 and "--clocks" in place.jobs[-1].argv  # the refused ones started nothing

@@ -68,6 +68,23 @@ def test_a_backward_pass_profiles_the_backwards_kernels_only(impl: str, tmp_path
     assert doc["pass"] == "backward"
 
 
+def test_clocks_profiles_each_kernel_again_at_the_gpus_own_clocks(tmp_path: Path) -> None:
+    """--clocks: the same kernels a second time, not locked to base; where the GPU's own clock is the higher one
+    (a boost clock), each kernel gets the share of that change its time followed."""
+    result = kernellab("kernellab.nsight.profile", "-k", "softmax", "--pass", "backward", "--impl", "kernellab",
+                       "--dtype", "float16", "--shape", "4096x4096", "--clocks", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    folder = tmp_path / "profile"
+    doc = json.loads((folder / "profile.json").read_text())
+    assert doc["ncu"]["boost_run"] is True
+    (kernel,) = doc["impls"]["kernellab"]["kernels"]
+    assert kernel["sm_hz"] > 0 and kernel["boost_sm_hz"] > 0 and kernel["boost_duration_ns"] > 0
+    if kernel["boost_sm_hz"] >= 1.05 * kernel["sm_hz"]:
+        assert -0.5 < kernel["clock_share"] < 1.5, kernel
+    assert list(folder.glob("*-boost.ncu-rep")) and list(folder.glob("*-boost.csv"))
+    assert "| follows SM clock |" in (folder / "summary.md").read_text()
+
+
 def test_a_kernel_filter_that_matches_nothing_is_one_sentence_and_leaves_no_report(tmp_path: Path) -> None:
     result = kernellab("kernellab.nsight.profile", "-k", "softmax", "--impl", "kernellab", "--kernel", "no_such_kernel",
                        "--out", str(tmp_path))

@@ -653,7 +653,11 @@ enum class Sums {
 // (the addresses cost registers: rmsnorm's <float, 4, 8> spilled 152 bytes, 2048x14336 108 -> 155 us), nor for 2-byte
 // types at 16 elements (<8, 2>: no gain, and more spills). 2-byte types at 8 (<8, 1>: layernorm's rows of 4096 over
 // 512 threads, kl::plan_layernorm_backward) gained: 4096x4096 float16 46.3 -> 43.3 us, bfloat16 49.6 -> 47.5 (spans,
-// H200, the prefetch alone: no spill).
+// H200, the prefetch alone: no spill). Hopper's bulk prefetch instead (cp.async.bulk.prefetch.L2: one thread asks a
+// whole row, no addresses in registers), for every float32 variant: -3% to +3.8% where it replaced this one (<4, 4>),
+// +0.5% to +28% where there had been none (2048x14336 layernorm: 11% more DRAM reads, lines gone before use); the
+// staged 2-byte rows asking a second row ahead so: -4% to +4% (spans, H200, 2026-11-30; results/h200-norms, "bound on
+// the SM").
 template <int N, int PER>
 __host__ __device__ constexpr bool backward_prefetches_next() {
   return (N == 4 && PER == 4) || (N == 8 && PER == 1);

@@ -13,7 +13,9 @@
 // together; three reductions in turn had left the 4096x4096 rows at 0.87x of Liger-Kernel's (which reads a
 // mean and rstd the forward stored). Fewer instructions an element did not pay: grad_x as two FMAs (one fewer) and
 // the weight held as floats where a thread holds it (two conversions fewer) moved the spans -2.4% to +1.6%, 8192x5120
-// float16 +3.9% with the FMAs alone (H200, 2026-11-30; rmsnorm's likewise): these kernels do not wait on issue.
+// float16 +3.9% with the FMAs alone (H200, 2026-11-30; rmsnorm's likewise): these kernels do not wait on issue
+// alone. Nor on DRAM: the 2-byte ones' time follows 77-79% of the SM clock's change (`invoke profile --clocks`), and
+// rows asked two turns ahead into L2 hit there without gaining (results/h200-clocks). What holds them is on the SM.
 #include "kernellab.cuh"
 #include "layernorm.h"
 #include "rowwise.cuh"

@@ -140,8 +140,9 @@ def watch(op: str, *, bench: bool = False, kernels: str | None = None) -> Job:
 def profile(op: str, *, set: str = "basic", shape: str | None = None, dtype: str | None = None,
             impl: list[str] | None = None, kernel: str | None = None, trace: bool = False, timeline: bool = False,
             calls: int | None = None, seconds: float | None = None, system: str | None = None,
-            out: str | None = None, kernels: str | None = None, which: str = "forward") -> Job:
-    """Nsight Compute on the launches the bench times; --timeline: one Nsight Systems capture of them instead."""
+            out: str | None = None, kernels: str | None = None, which: str = "forward", clocks: bool = False) -> Job:
+    """Nsight Compute on the launches the bench times (--clocks: again at the GPU's own clocks); --timeline: one
+    Nsight Systems capture of them instead."""
     common = (("--shape", shape), ("--dtype", dtype), *[("--impl", i) for i in impl or []], ("--system", system),
               ("--out", _path(out)), ("--kernels", _path(kernels)), ("--pass", None if which == "forward" else which))
     if timeline:
@@ -150,7 +151,7 @@ def profile(op: str, *, set: str = "basic", shape: str | None = None, dtype: str
                       ("--seconds", None if seconds is None else f"{seconds:g}"), select=op, tools=("nsys",),
                       results="--out")
     return _build("profile", ["python", "-m", "kernellab.nsight.profile", "-k", op, "--set", set], *common,
-                  ("--kernel", kernel), ("--trace", trace), select=op, tools=() if trace else ("ncu",), results="--out")
+                  ("--kernel", kernel), ("--clocks", clocks), ("--trace", trace), select=op, tools=() if trace else ("ncu",), results="--out")
 
 
 def sanitize(op: str, *, tool: str = "memcheck", kernels: str | None = None, which: str = "all") -> Job:

@@ -7,8 +7,8 @@ from typing import Any, Callable
 
 from .. import jobs
 from ..errors import UsageError
+from ..nsight.calls import choose_dtype, choose_shape
 from ..nsight.ncu import SETS
-from ..nsight.profile import choose_dtype, choose_shape
 from ..nsight.sanitize import TOOLS
 from ..ops.spec import KERNELS, find_op, parse_spec
 from ..places import Flags
@@ -45,6 +45,8 @@ def _positive(flag: str, value: Any, kind: Callable[[str], Any]) -> Any:
     "impl": "only this candidate or baseline (repeatable; default: all of them)",
     "set": "Nsight Compute's section set: basic (plus warp stalls) or full",
     "kernel": "only kernels whose function name matches this regular expression",
+    "clocks": "each implementation again at the GPU's own clocks, not locked to base: how much of the SM clock's "
+              "change each kernel's time followed (about 100%: bound on the SM; about 0%: on DRAM)",
     "trace": "a torch.profiler trace (Chrome trace JSON) per implementation instead: needs no counters",
     "timeline": "an Nsight Systems timeline instead: kernels per call, launch gaps, a picture, the .nsys-rep",
     "calls": "--timeline: calls of each implementation captured (default 10)",
@@ -55,16 +57,19 @@ def _positive(flag: str, value: Any, kind: Callable[[str], Any]) -> Any:
     "pass_": "this pass of an op with a backward: forward (default), backward or full (Nsight Compute or --timeline)",
 })
 def profile(c: Any, k: str | None = None, shape: str | None = None, dtype: str | None = None,
-            impl: list[str] | None = None, set: str = "basic", kernel: str | None = None, trace: bool = False,
+            impl: list[str] | None = None, set: str = "basic", kernel: str | None = None, clocks: bool = False,
+            trace: bool = False,
             timeline: bool = False, calls: int | None = None, seconds: float | None = None, against: str | None = None,
             wheelhouse: str | None = None, out: str | None = None, kernels: str | None = None,
             pass_: str = "forward", *, where: Flags) -> None:
     """Nsight Compute (or, --timeline, Nsight Systems) on the calls the benchmark times: candidate and baselines."""
     if set not in SETS:
         raise UsageError(f"unknown --set {set!r}; use one of {', '.join(SETS)}.")
-    if timeline and (trace or kernel):
-        raise UsageError(f"--{'trace' if trace else 'kernel'} is for Nsight Compute's profile; --timeline captures "
-                         "every kernel of each call.")
+    if timeline and (trace or kernel or clocks):
+        flag = "trace" if trace else "kernel" if kernel else "clocks"
+        raise UsageError(f"--{flag} is for Nsight Compute's profile; --timeline captures every kernel of each call.")
+    if clocks and trace:
+        raise UsageError("--clocks compares Nsight Compute's runs at two clocks; --trace has no counters.")
     if (calls is not None or seconds is not None) and not timeline:
         raise UsageError("--calls and --seconds are for --timeline.")
     if pass_ not in ("forward", "backward", "full"):
@@ -77,7 +82,7 @@ def profile(c: Any, k: str | None = None, shape: str | None = None, dtype: str |
     choose_dtype(spec, dtype)
 
     def make(system: str | None = None) -> jobs.Job:
-        return jobs.profile(op, set=set, shape=shape, dtype=dtype, impl=impl, kernel=kernel, trace=trace,
+        return jobs.profile(op, set=set, shape=shape, dtype=dtype, impl=impl, kernel=kernel, clocks=clocks, trace=trace,
                             timeline=timeline, calls=n_calls, seconds=limit, system=system, out=out, kernels=kernels,
                             which=pass_)
 

@@ -2,7 +2,8 @@
 
 Owns the profiling run's ncu command line (`ncu_argv`: only the NVTX range RANGE, clocks locked to base,
 caches flushed before each kernel, the basic set plus warp stalls and DRAM bytes, an optional kernel-name
-regex), the export of a report (`import_argv`: `ncu --import REPORT --csv --page raw`, ncu's own export,
+regex; or `--clocks`' second run at the GPU's own clocks, and the share of the SM clock's change each kernel's time
+followed: `clock_share`, `with_boost`), the export of a report (`import_argv`: `ncu --import REPORT --csv --page raw`, ncu's own export,
 not its console text), reading that CSV back (`parse_raw_csv`), one kernel's summary from its row
 (`summarize`: duration, DRAM/L2/SM throughput as % of peak, DRAM GB/s, occupancy, registers, shared
 memory, the limiter, the top warp-stall reasons and, from the full set, `hazards`: register spills, shared bank
@@ -12,6 +13,7 @@ conflicts, shared atomics), ncu's version, and one sentence for a failed ncu run
 from __future__ import annotations
 
 import csv
+import math
 import os
 import re
 from pathlib import Path
@@ -25,8 +27,15 @@ RANGE = "kernellab"
 SETS = ("basic", "full")
 #: Beyond ncu's basic set: warp states (the stall reasons), DRAM bytes (GB/s to compare with the bench) and the warp
 #: instructions executed (the full set has them).
+#: The SM clock a kernel ran at (Hz), in every profile: `--clocks` compares two runs' clocks and times.
+SM_CLOCK = "sm__cycles_elapsed.avg.per_second"
 BASIC_EXTRA = ("--section", "WarpStateStats", "--metrics",
-               "dram__bytes_read.sum,dram__bytes_write.sum,smsp__inst_executed.sum")
+               f"dram__bytes_read.sum,dram__bytes_write.sum,smsp__inst_executed.sum,{SM_CLOCK}")
+#: `--clocks`' second run of each kernel, at the GPU's own clocks (not locked): only its time and SM clock.
+CLOCK_METRICS = ("gpu__time_duration.sum", SM_CLOCK)
+#: The two runs' SM clocks must differ by this ratio at least for a share of it to mean anything (a GPU whose
+#: clocks are locked, or one that does not boost, gives none).
+MIN_CLOCK_RATIO = 1.05
 #: The summary's fields, from ncu's raw metric names.
 METRICS = {
     "duration_ns": "gpu__time_duration.sum",
@@ -48,6 +57,7 @@ METRICS = {
     # differ in how many they issue (Liger-Kernel's float16 softmax backward at 4x8192 executes 8.8K to kernellab's
     # 16K: it computes in float16, kernellab in float32).
     "instructions": "smsp__inst_executed.sum",
+    "sm_hz": SM_CLOCK,
 }
 #: What a kernel writer fixes first, from the full set's memory tables (the basic set lacks them): local-memory
 #: accesses of register spills, shared-memory wavefronts and the bank conflicts among them, and shared-memory
@@ -69,14 +79,18 @@ BOUND_PCT = 60.0
 
 
 def ncu_argv(ncu: str | Path, report: Path, program: Sequence[str], *, set_name: str = "basic",
-             kernel: str | None = None, nvtx: bool = True) -> list[str]:
+             kernel: str | None = None, nvtx: bool = True, boost: bool = False) -> list[str]:
     """ncu on `program`, profiling only the kernels in the NVTX range RANGE, into `report` (.ncu-rep).
-    nvtx=False: no range filter (a paper's program has no kernellab range; `kernel` picks the kernels)."""
+    nvtx=False: no range filter (a paper's program has no kernellab range; `kernel` picks the kernels).
+    boost: `--clocks`' second run instead, at the GPU's own clocks, only the time and the SM clock (CLOCK_METRICS)."""
     if set_name not in SETS:
         raise ConfigError(f"unknown --set {set_name!r}; use one of {', '.join(SETS)}.")
-    argv = [str(ncu), *(("--nvtx", "--nvtx-include", f"{RANGE}/") if nvtx else ()), "--clock-control", "base",
-            "--cache-control", "all",
-            "--set", set_name, *(BASIC_EXTRA if set_name == "basic" else ()),
+    if boost:
+        what: tuple[str, ...] = ("--metrics", ",".join(CLOCK_METRICS))
+    else:
+        what = ("--set", set_name, *(BASIC_EXTRA if set_name == "basic" else ("--metrics", SM_CLOCK)))
+    argv = [str(ncu), *(("--nvtx", "--nvtx-include", f"{RANGE}/") if nvtx else ()),
+            "--clock-control", "none" if boost else "base", "--cache-control", "all", *what,
             "--export", str(report), "--force-overwrite"]
     if kernel:
         check_regex(kernel)
@@ -161,6 +175,28 @@ def summarize(row: dict[str, Any]) -> dict[str, Any]:
                 for key, metric in HAZARD_METRICS.items()})
     out["hazards"] = hazards(out)
     return out
+
+
+def clock_share(base_ns: float | None, base_hz: float | None, boost_ns: float | None,
+                boost_hz: float | None) -> float | None:
+    """How much of the SM clock's change a kernel's time followed, from its two runs (clocks locked to base, then the
+    GPU's own): ln(time at base / time at boost) / ln(boost clock / base clock). About 1: the time is the SM's
+    (instruction issue, latencies inside the SM); about 0: it is set by what the SM clock does not drive (DRAM).
+    None where a figure is missing or the clocks differed by less than MIN_CLOCK_RATIO."""
+    if not (base_ns and base_hz and boost_ns and boost_hz) or boost_hz / base_hz < MIN_CLOCK_RATIO:
+        return None
+    return math.log(base_ns / boost_ns) / math.log(boost_hz / base_hz)
+
+
+def with_boost(kernels: list[dict[str, Any]], boost: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each kernel's summary with its `--clocks` run beside it (the same launches in the same order; one whose name
+    differs, or that the second run lacks, gets None): boost_duration_ns, boost_sm_hz and clock_share."""
+    for i, k in enumerate(kernels):
+        b = boost[i] if i < len(boost) and boost[i]["kernel"] == k["kernel"] else {}
+        k["boost_duration_ns"], k["boost_sm_hz"] = b.get("duration_ns"), b.get("sm_hz")
+        k["clock_share"] = clock_share(k.get("duration_ns"), k.get("sm_hz"), k["boost_duration_ns"],
+                                       k["boost_sm_hz"])
+    return kernels
 
 
 def hazards(k: dict[str, Any]) -> list[str] | None:

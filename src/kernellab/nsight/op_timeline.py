@@ -27,19 +27,8 @@ from .. import shown
 from ..errors import ConfigError, KernellabError, ProfileError
 from ..ops.spec import KERNELS
 from . import nsys, timeline, tools
-from .calls import WARMUP, on_this_thread, warmed_calls
-from .profile import (
-    _find,
-    check_pass,
-    child_env,
-    choose_case,
-    choose_impls,
-    file_stem,
-    gpu_lock,
-    op_parser,
-    run_folder,
-    staged,
-)
+from .calls import WARMUP, check_pass, choose_case, choose_impls, file_stem, on_this_thread, warmed_calls
+from .profile import _find, child_env, gpu_lock, op_parser, run_folder, staged
 
 #: Calls of each implementation inside the capture (the picture shows the median one).
 CALLS = 10

@@ -2,7 +2,8 @@
 side by side; with `--trace`, a torch.profiler trace instead (no counters needed).
 
     python -m kernellab.nsight.profile -k OP [--shape N|k=v,...|RxC] [--dtype D] [--impl NAME ...] [--set basic|full]
-                                [--kernel REGEX] [--trace] [--pass forward|backward|full] [--out DIR] [--kernels DIR]
+                                [--kernel REGEX] [--clocks] [--trace] [--pass forward|backward|full] [--out DIR]
+                                [--kernels DIR]
 
 What the task runs, in the target's container or natively. For each implementation (a candidate or a
 baseline) it starts `ncu` on a child of itself (`--launch`), which loads the op, makes the bench inputs,
@@ -10,14 +11,17 @@ calls the implementation WARMUP times (JIT, torch.compile, caches: not profiled)
 NVTX range `kernellab`; ncu profiles only the kernels launched in that range (`--nvtx-include`), with its
 clocks locked to base (`--clock-control base`) and caches flushed before each kernel (`--cache-control
 all`), both recorded. `--kernel` narrows it to kernels whose function name (demangled, no parameters:
-works for C++ templates and Triton kernels alike) matches a regular expression.
+works for C++ templates and Triton kernels alike) matches a regular expression. `--clocks` runs each
+implementation a second time at the GPU's own clocks (`--clock-control none`, only the time and the SM clock) and
+gives each kernel the share of the SM clock's change its time followed (kernellab.nsight.ncu.clock_share): about 1
+for a kernel the SM's issue and latencies hold, about 0 for one that waits on DRAM.
 
 Each report is read back with ncu's own CSV export and summarized per kernel (kernellab.nsight.ncu, which also
 owns ncu's command lines). Output (kernellab.nsight.report): `<out>/profile/<op>-<shape>-<dtype>-<impl>.ncu-rep`
 (and `.csv`, every metric), `profile.json` and `summary.md`; written to `<out>/profile.partial/` and renamed at
-the end, so a failed run leaves no report that looks complete. This module owns the task itself: choosing
-shape, dtype and implementations, the profiled child (`--launch`), running ncu or the trace per implementation,
-and the command line.
+the end, so a failed run leaves no report that looks complete. This module owns the task itself: the profiled
+child (`--launch`), running ncu (twice with `--clocks`) or the trace per implementation, and the command line; the
+shape, dtype and implementations are chosen by kernellab.nsight.calls.
 """
 from __future__ import annotations
 
@@ -37,8 +41,19 @@ from ..errors import ConfigError, KernellabError, ProfileError
 from ..ops.backward import PASSES as PASS_CHOICES
 from ..ops.spec import KERNELS, OpSpec, find_op, parse_spec
 from . import report, tools
-from .calls import WARMUP, on_this_thread, warmed_calls
-from .ncu import RANGE, SETS, check_regex, explain_failure, import_argv, ncu_argv, ncu_version, parse_raw_csv, summarize
+from .calls import WARMUP, check_pass, choose_case, choose_impls, file_stem, on_this_thread, warmed_calls
+from .ncu import (
+    RANGE,
+    SETS,
+    check_regex,
+    explain_failure,
+    import_argv,
+    ncu_argv,
+    ncu_version,
+    parse_raw_csv,
+    summarize,
+    with_boost,
+)
 
 # --------------------------------------------------------------------------- the profiled child (--launch)
 
@@ -77,106 +92,16 @@ def _find(root: Path, name: str) -> OpSpec:
     return parse_spec(find_op(root, name) / "op.toml")
 
 
-def choose_shape(spec: OpSpec, shape: str | None) -> dict[str, int]:
-    """--shape: an index into the op's bench shapes, `k=v,k=v`, or the sizes in the order of the op's keys joined by
-    x (`4096x1024`: rows=4096, cols=1024, as file names write a shape); default the first bench shape."""
-    if shape is None:
-        return dict(spec.bench_shapes[0])
-    shape = shape.strip()
-    if shape.isdigit():
-        index = int(shape)
-        if index >= len(spec.bench_shapes):
-            raise ConfigError(f"--shape {shape}: {spec.name} has {len(spec.bench_shapes)} bench shapes "
-                              f"(0 to {len(spec.bench_shapes) - 1}): {spec.bench_shapes}.")
-        return dict(spec.bench_shapes[index])
-    keys = list(spec.bench_shapes[0])
-    form = "x".join(k.upper() for k in keys)
-    try:
-        if "=" in shape:
-            pairs = dict(part.split("=", 1) for part in shape.split(","))
-            chosen = {k.strip(): int(v) for k, v in pairs.items()}
-        else:
-            sizes = [int(v) for v in shape.lower().split("x")]
-            if len(sizes) != len(keys):
-                raise ConfigError(f"--shape {shape!r}: {spec.name}'s shapes have {len(keys)} sizes ({form}).")
-            chosen = dict(zip(keys, sizes))
-    except ValueError:
-        raise ConfigError(f"--shape {shape!r}: give an index into the bench shapes, k=v,k=v or {form} with "
-                          "integers.") from None
-    want = set(keys)
-    if set(chosen) != want:
-        raise ConfigError(f"--shape {shape!r}: {spec.name}'s shapes have the keys {', '.join(sorted(want))}.")
-    if any(v < 1 for v in chosen.values()):
-        raise ConfigError(f"--shape {shape!r}: every size must be at least 1.")
-    return {k: chosen[k] for k in keys}  # in the op's order, as file names write it
-
-
-def choose_dtype(spec: OpSpec, dtype: str | None) -> str:
-    """--dtype: one the op supports; default its first bench dtype."""
-    chosen = dtype or spec.bench_dtypes[0]
-    if chosen not in spec.dtypes:
-        raise ConfigError(f"--dtype {chosen}: {spec.name} supports {', '.join(spec.dtypes)}.")
-    return chosen
-
-
-def choose_case(spec: OpSpec, shape: str | None, dtype: str | None, torch: Any) -> tuple[dict[str, int], str]:
-    """The shape and dtype of the call to profile, then a check that a GPU is here (the input first: a typo is
-    answered anywhere)."""
-    chosen = choose_shape(spec, shape), choose_dtype(spec, dtype)
-    if not torch.cuda.is_available():
-        raise ProfileError("no GPU is visible here: profile on the GPU machine, natively or in a target whose "
-                           "container gets the GPU (`invoke doctor` shows how it is passed).")
-    return chosen
-
-
-def choose_impls(spec: OpSpec, wanted: Sequence[str] | None, system: str | None = None,
-                 which: str = "forward") -> list[tuple[str, str]]:
-    """(name, role) for every candidate and baseline (and a recipe's published system), or those named with --impl;
-    in a backward or full pass, the candidates without a backward (op.toml's [backward] candidates) left out, or
-    refused when named."""
-    backs = spec.backward.candidates if spec.backward and which != "forward" else None
-    if backs is not None and wanted:
-        for w in wanted:
-            if w in spec.candidates and w not in backs:
-                raise ConfigError(f"--impl {w}: {spec.name}'s candidate {w} has no backward (op.toml's [backward] "
-                                  f"candidates: {', '.join(backs)}).")
-    impls = [(n, "candidate") for n in spec.candidates if backs is None or n in backs]
-    impls += [(n, "baseline") for n in spec.baselines]
-    if system:
-        from ..bench.systems import Offer
-
-        offer = Offer.from_json(system)
-        if spec.name not in offer.adapters:
-            raise ConfigError(f"recipe {offer.name} offers no baseline for {spec.name} (it offers "
-                              f"{', '.join(offer.adapters)}).")
-        impls.append((offer.name, "published"))
-    if not wanted:
-        return impls
-    names = [n for n, _ in impls]
-    unknown = [w for w in wanted if w not in names]
-    if unknown:
-        raise ConfigError(f"--impl {unknown[0]}: {spec.name} has {', '.join(names)}.")
-    return [(n, r) for n, r in impls if n in wanted]
-
-
-def file_stem(spec: OpSpec, shape: dict[str, int], dtype: str, impl: str, which: str = "forward") -> str:
-    dims = "x".join(str(v) for v in shape.values())
-    return f"{spec.name}-{dims}-{dtype}-{impl}" + ("" if which == "forward" else f"-{which}")
-
-
-def check_pass(spec: OpSpec, which: str) -> None:
-    """--pass WHICH is one of the op's passes (backward and full only with a [backward]), else one sentence."""
-    if which not in spec.passes:
-        raise ConfigError(f"--pass {which}: {spec.name}'s passes are {', '.join(spec.passes)}"
-                          + ("" if spec.backward else " (its op.toml declares no [backward])") + ".")
-
-
 def run(root: Path, name: str, *, shape: str | None = None, dtype: str | None = None,
         impls: Sequence[str] | None = None, set_name: str = "basic", kernel: str | None = None,
-        trace: bool = False, out: Path | None = None, system: str | None = None, which: str = "forward") -> Path:
-    """Profile (or trace) every chosen implementation in pass `which`; returns the finished `<out>/profile` folder."""
+        trace: bool = False, out: Path | None = None, system: str | None = None, which: str = "forward",
+        clocks: bool = False) -> Path:
+    """Profile (or trace) every chosen implementation in pass `which`; returns the finished `<out>/profile` folder.
+    clocks: each implementation profiled again at the GPU's own clocks (the module's docstring)."""
     import torch
 
+    if clocks and trace:
+        raise ConfigError("--clocks compares Nsight Compute's runs at two clocks; --trace has no counters.")
     spec = _find(root, name)
     if spec.kind == "cpu":
         raise ProfileError(f"{spec.name} is a CPU op: Nsight Compute profiles GPU kernels only.")
@@ -207,12 +132,12 @@ def run(root: Path, name: str, *, shape: str | None = None, dtype: str | None = 
             "warmup_calls": WARMUP, "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "ncu": None if ncu is None else {"path": str(ncu), "version": ncu_version(ncu),
                                              "clock_control": "base", "cache_control": "all",
-                                             "nvtx_range": RANGE},
+                                             "nvtx_range": RANGE, "boost_run": clocks},
             "impls": {},
         }
         with gpu_lock(torch):  # a benchmark or sanitizer beside ncu would change what it measures
             _profile_each(spec, root, chosen, chosen_shape, chosen_dtype, doc, partial, ncu, set_name, kernel, trace,
-                          system, which)
+                          system, which, clocks)
         report.write(partial, doc)
     return partial.with_name("profile")
 
@@ -243,7 +168,8 @@ def staged(final: Path) -> Iterator[Path]:
 
 def _profile_each(spec: OpSpec, root: Path, chosen: list[tuple[str, str]], chosen_shape: dict[str, int],
                   chosen_dtype: str, doc: dict[str, Any], partial: Path, ncu: Path | None, set_name: str,
-                  kernel: str | None, trace: bool, system: str | None, which: str = "forward") -> None:
+                  kernel: str | None, trace: bool, system: str | None, which: str = "forward",
+                  clocks: bool = False) -> None:
     t_all = time.perf_counter()
     for impl, role in chosen:
         stem = file_stem(spec, chosen_shape, chosen_dtype, impl, which)
@@ -259,22 +185,34 @@ def _profile_each(spec: OpSpec, root: Path, chosen: list[tuple[str, str]], chose
             continue
         assert ncu is not None
         ncu_rep = partial / f"{stem}.ncu-rep"
-        result = proc.run(ncu_argv(ncu, ncu_rep, program, set_name=set_name, kernel=kernel), check=False,
-                          env=child_env())
-        if result.returncode != 0 or not ncu_rep.exists():
-            output = result.stdout + result.stderr
-            if result.returncode == 0 and "No kernels were profiled" in output:
-                raise ProfileError(_no_kernel(impl, kernel))
-            raise ProfileError(f"profiling {impl}: {explain_failure(output, result.returncode, ncu)}")
-        csv_text = proc.run(import_argv(ncu, ncu_rep), check=False).stdout
-        (partial / f"{stem}.csv").write_text(csv_text)  # every metric, for a spreadsheet or a later comparison
-        kernels = [summarize(row) for row in parse_raw_csv(csv_text)]
-        if not kernels:
-            raise ProfileError(_no_kernel(impl, kernel))
+        kernels = _ncu_kernels(ncu, ncu_rep, ncu_argv(ncu, ncu_rep, program, set_name=set_name, kernel=kernel), impl,
+                               kernel)
+        if clocks:
+            print(f"profile: {spec.name} {impl} ({role}) at the GPU's own clocks ...", flush=True)
+            boost_rep = partial / f"{stem}-boost.ncu-rep"
+            with_boost(kernels, _ncu_kernels(ncu, boost_rep, ncu_argv(ncu, boost_rep, program, set_name=set_name,
+                                                                       kernel=kernel, boost=True), impl, kernel))
         seconds = time.perf_counter() - t0
         doc["impls"][impl] = {"role": role, "report": ncu_rep.name, "seconds": round(seconds, 2),
                               "seconds_per_kernel": round(seconds / len(kernels), 2), "kernels": kernels}
     doc["seconds"] = round(time.perf_counter() - t_all, 2)
+
+
+def _ncu_kernels(ncu: Path, rep: Path, argv: list[str], impl: str, kernel: str | None) -> list[dict[str, Any]]:
+    """Run ncu (`argv`, writing `rep`), export the report as CSV beside it (every metric, for a spreadsheet or a
+    later comparison) and summarize each kernel; ProfileError when ncu fails or profiles nothing."""
+    result = proc.run(argv, check=False, env=child_env())
+    if result.returncode != 0 or not rep.exists():
+        output = result.stdout + result.stderr
+        if result.returncode == 0 and "No kernels were profiled" in output:
+            raise ProfileError(_no_kernel(impl, kernel))
+        raise ProfileError(f"profiling {impl}: {explain_failure(output, result.returncode, ncu)}")
+    csv_text = proc.run(import_argv(ncu, rep), check=False).stdout
+    rep.with_suffix(".csv").write_text(csv_text)
+    kernels = [summarize(row) for row in parse_raw_csv(csv_text)]
+    if not kernels:
+        raise ProfileError(_no_kernel(impl, kernel))
+    return kernels
 
 
 def gpu_lock(torch: Any) -> Any:
@@ -328,6 +266,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = op_parser("python -m kernellab.nsight.profile", __doc__.splitlines()[0])
     parser.add_argument("--set", dest="set_name", default="basic", choices=SETS)
     parser.add_argument("--kernel", help="only kernels whose function name matches this regular expression")
+    parser.add_argument("--clocks", action="store_true",
+                        help="each implementation again at the GPU's own clocks: how much of the SM clock's change "
+                             "each kernel's time followed")
     parser.add_argument("--trace", action="store_true", help="a torch.profiler trace per implementation instead")
     parser.add_argument("--trace-to", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -337,7 +278,8 @@ def main(argv: list[str] | None = None) -> int:
             return launch(root, args.op, args.impl[0], json.loads(args.shape), args.dtype, args.trace_to, args.system,
                           args.which)
         folder = run(root, args.op, shape=args.shape, dtype=args.dtype, impls=args.impl, set_name=args.set_name,
-                     kernel=args.kernel, trace=args.trace, out=args.out, system=args.system, which=args.which)
+                     kernel=args.kernel, trace=args.trace, out=args.out, system=args.system, which=args.which,
+                     clocks=args.clocks)
     except KernellabError as e:
         print(f"kernellab: {e}", file=sys.stderr)
         return e.exit_code

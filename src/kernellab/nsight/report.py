@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .ncu import count_cell
+from .ncu import MIN_CLOCK_RATIO, count_cell
 from .timeline import short
 
 JSON = "profile.json"
@@ -39,18 +39,23 @@ def to_markdown(doc: dict[str, Any]) -> str:
         lines += [f"- {impl} ({info['role']}): `{info['trace']}`" for impl, info in doc["impls"].items()]
         return "\n".join(lines) + "\n"
     ncu = doc["ncu"]
+    boost = bool(ncu.get("boost_run"))
     lines += [f"Nsight Compute {ncu['version'] or '?'}, `--set {doc['set']}`, clocks locked to base, caches flushed "
-              f"before each kernel; the call after {doc['warmup_calls']} warm-up calls.", "",
-              "| impl | kernel | time | DRAM % | L2 % | SM % | DRAM GB/s | occupancy (achieved / theoretical) "
+              f"before each kernel; the call after {doc['warmup_calls']} warm-up calls."
+              + (" Each call again at the GPU's own clocks (`--clocks`)." if boost else ""), "",
+              "| impl | kernel | time | " + ("time at own clocks | follows SM clock | " if boost else "")
+              + "DRAM % | L2 % | SM % | DRAM GB/s | occupancy (achieved / theoretical) "
               "| regs | smem | warp instructions | limiter | top stalls | hazards |",
-              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|"]
+              "|---|---|---:|" + ("---:|---:|" if boost else "") + "---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|"]
     for impl, info in doc["impls"].items():
         for k in info["kernels"]:
             stalls = ", ".join(f"{s['reason']} {s['cycles_per_issue']:.1f}" for s in k["stalls"]) or "–"
             time_us = None if k["duration_ns"] is None else k["duration_ns"] / 1e3
             occupancy = f"{_fmt(k['occupancy_achieved_pct'])} / {_fmt(k['occupancy_theoretical_pct'])} %"
             name = short(k["kernel"], 48)
-            lines.append(f"| {impl} ({info['role']}) | `{name}` | {_fmt(time_us, '.1f', ' µs')} | {_fmt(k['dram_pct'])} "
+            clocks = f"{_clocks(k)} | " if boost else ""
+            lines.append(f"| {impl} ({info['role']}) | `{name}` | {_fmt(time_us, '.1f', ' µs')} | {clocks}"
+                         f"{_fmt(k['dram_pct'])} "
                          f"| {_fmt(k['l2_pct'])} | {_fmt(k['sm_pct'])} | {_fmt(k['dram_gbps'], '.0f')} | {occupancy} "
                          f"| {_fmt(k['registers'], '.0f')} | {_fmt(k['shared_bytes'], '.0f', ' B')} "
                          f"| {count_cell(k.get('instructions'))} | {k['limiter']} "
@@ -60,4 +65,20 @@ def to_markdown(doc: dict[str, Any]) -> str:
               "the op's load and warm-up included). Stalls: cycles per issued instruction a warp spent stalled "
               "for that reason. Hazards: register spills, shared-memory bank conflicts and shared atomics, from "
               "`--set full` (n/a in the basic set)."]
+    if boost:
+        lines += ["", "Follows SM clock: the share of the SM clock's change between the two runs (locked to base, then "
+                  "the GPU's own clocks, as the cell before it says) that the kernel's time followed. About 100%: the time "
+                  "is the SM's (instruction issue, latencies inside the SM), fewer instructions or shorter chains "
+                  "pay; about 0%: it waits on what the SM clock does not drive (DRAM), fewer bytes pay. A dash: a "
+                  f"figure is missing, or the clocks differed by less than {MIN_CLOCK_RATIO:g}x."]
     return "\n".join(lines) + "\n"
+
+
+def _clocks(k: dict[str, Any]) -> str:
+    """The `--clocks` cells: the time at the GPU's own clocks (and the two SM clocks), and the share followed."""
+    boost_ns, base_hz, boost_hz = k.get("boost_duration_ns"), k.get("sm_hz"), k.get("boost_sm_hz")
+    time_cell = _fmt(None if boost_ns is None else boost_ns / 1e3, ".1f", " µs")
+    if base_hz and boost_hz:
+        time_cell += f" ({base_hz / 1e9:.2f} -> {boost_hz / 1e9:.2f} GHz)"
+    share = k.get("clock_share")
+    return f"{time_cell} | {_fmt(None if share is None else 100 * share, '.0f', '%')}"
