@@ -151,7 +151,8 @@ def profile(op: str, *, set: str = "basic", shape: str | None = None, dtype: str
                       ("--seconds", None if seconds is None else f"{seconds:g}"), select=op, tools=("nsys",),
                       results="--out")
     return _build("profile", ["python", "-m", "kernellab.nsight.profile", "-k", op, "--set", set], *common,
-                  ("--kernel", kernel), ("--clocks", clocks), ("--trace", trace), select=op, tools=() if trace else ("ncu",), results="--out")
+                  ("--kernel", kernel), ("--clocks", clocks), ("--trace", trace), select=op,
+                  tools=() if trace else ("ncu",), results="--out")
 
 
 def sanitize(op: str, *, tool: str = "memcheck", kernels: str | None = None, which: str = "all") -> Job:

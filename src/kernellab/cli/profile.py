@@ -58,10 +58,9 @@ def _positive(flag: str, value: Any, kind: Callable[[str], Any]) -> Any:
 })
 def profile(c: Any, k: str | None = None, shape: str | None = None, dtype: str | None = None,
             impl: list[str] | None = None, set: str = "basic", kernel: str | None = None, clocks: bool = False,
-            trace: bool = False,
-            timeline: bool = False, calls: int | None = None, seconds: float | None = None, against: str | None = None,
-            wheelhouse: str | None = None, out: str | None = None, kernels: str | None = None,
-            pass_: str = "forward", *, where: Flags) -> None:
+            trace: bool = False, timeline: bool = False, calls: int | None = None, seconds: float | None = None,
+            against: str | None = None, wheelhouse: str | None = None, out: str | None = None,
+            kernels: str | None = None, pass_: str = "forward", *, where: Flags) -> None:
     """Nsight Compute (or, --timeline, Nsight Systems) on the calls the benchmark times: candidate and baselines."""
     if set not in SETS:
         raise UsageError(f"unknown --set {set!r}; use one of {', '.join(SETS)}.")
@@ -82,9 +81,9 @@ def profile(c: Any, k: str | None = None, shape: str | None = None, dtype: str |
     choose_dtype(spec, dtype)
 
     def make(system: str | None = None) -> jobs.Job:
-        return jobs.profile(op, set=set, shape=shape, dtype=dtype, impl=impl, kernel=kernel, clocks=clocks, trace=trace,
-                            timeline=timeline, calls=n_calls, seconds=limit, system=system, out=out, kernels=kernels,
-                            which=pass_)
+        return jobs.profile(op, set=set, shape=shape, dtype=dtype, impl=impl, kernel=kernel, clocks=clocks,
+                            trace=trace, timeline=timeline, calls=n_calls, seconds=limit, system=system, out=out,
+                            kernels=kernels, which=pass_)
 
     if against:
         run_against(c, against, make, k=op, where=where, verb="profile", wheelhouse=wheelhouse)

@@ -1,14 +1,14 @@
 """Nsight Compute (`ncu`) for `invoke profile`: its command lines and what it gives back.
 
-Owns the profiling run's ncu command line (`ncu_argv`: only the NVTX range RANGE, clocks locked to base,
-caches flushed before each kernel, the basic set plus warp stalls and DRAM bytes, an optional kernel-name
-regex; or `--clocks`' second run at the GPU's own clocks, and the share of the SM clock's change each kernel's time
-followed: `clock_share`, `with_boost`), the export of a report (`import_argv`: `ncu --import REPORT --csv --page raw`, ncu's own export,
-not its console text), reading that CSV back (`parse_raw_csv`), one kernel's summary from its row
-(`summarize`: duration, DRAM/L2/SM throughput as % of peak, DRAM GB/s, occupancy, registers, shared
-memory, the limiter, the top warp-stall reasons and, from the full set, `hazards`: register spills, shared bank
-conflicts, shared atomics), ncu's version, and one sentence for a failed ncu run
-(`explain_failure`). Where ncu is installed is kernellab.nsight.tools; the task that runs it is kernellab.nsight.profile.
+Owns the profiling run's ncu command line (`ncu_argv`: only the NVTX range RANGE, clocks locked to base, caches
+flushed before each kernel, the basic set plus warp stalls and DRAM bytes, an optional kernel-name regex; or
+`--clocks`' second run at the GPU's own clocks, and the share of the SM clock's change each kernel's time followed:
+`clock_share`, `with_boost`), the export of a report (`import_argv`: `ncu --import REPORT --csv --page raw`, ncu's
+own export, not its console text), reading that CSV back (`parse_raw_csv`), one kernel's summary from its row
+(`summarize`: duration, DRAM/L2/SM throughput as % of peak, DRAM GB/s, occupancy, registers, shared memory, the
+limiter, the top warp-stall reasons and, from the full set, `hazards`: register spills, shared bank conflicts,
+shared atomics), ncu's version, and one sentence for a failed ncu run (`explain_failure`). Where ncu is installed is
+kernellab.nsight.tools; the task that runs it is kernellab.nsight.profile.
 """
 from __future__ import annotations
 
@@ -25,10 +25,10 @@ from . import tools
 #: The NVTX range the profiled call runs in (ncu --nvtx-include "kernellab/": a push/pop range of that name).
 RANGE = "kernellab"
 SETS = ("basic", "full")
-#: Beyond ncu's basic set: warp states (the stall reasons), DRAM bytes (GB/s to compare with the bench) and the warp
-#: instructions executed (the full set has them).
 #: The SM clock a kernel ran at (Hz), in every profile: `--clocks` compares two runs' clocks and times.
 SM_CLOCK = "sm__cycles_elapsed.avg.per_second"
+#: Beyond ncu's basic set: warp states (the stall reasons), DRAM bytes (GB/s to compare with the bench), the warp
+#: instructions executed (the full set has them) and the SM clock.
 BASIC_EXTRA = ("--section", "WarpStateStats", "--metrics",
                f"dram__bytes_read.sum,dram__bytes_write.sum,smsp__inst_executed.sum,{SM_CLOCK}")
 #: `--clocks`' second run of each kernel, at the GPU's own clocks (not locked): only its time and SM clock.

@@ -46,7 +46,8 @@ def to_markdown(doc: dict[str, Any]) -> str:
               "| impl | kernel | time | " + ("time at own clocks | follows SM clock | " if boost else "")
               + "DRAM % | L2 % | SM % | DRAM GB/s | occupancy (achieved / theoretical) "
               "| regs | smem | warp instructions | limiter | top stalls | hazards |",
-              "|---|---|---:|" + ("---:|---:|" if boost else "") + "---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|"]
+              "|---|---|---:|" + ("---:|---:|" if boost else "")
+              + "---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|"]
     for impl, info in doc["impls"].items():
         for k in info["kernels"]:
             stalls = ", ".join(f"{s['reason']} {s['cycles_per_issue']:.1f}" for s in k["stalls"]) or "–"
@@ -66,11 +67,11 @@ def to_markdown(doc: dict[str, Any]) -> str:
               "for that reason. Hazards: register spills, shared-memory bank conflicts and shared atomics, from "
               "`--set full` (n/a in the basic set)."]
     if boost:
-        lines += ["", "Follows SM clock: the share of the SM clock's change between the two runs (locked to base, then "
-                  "the GPU's own clocks, as the cell before it says) that the kernel's time followed. About 100%: the time "
-                  "is the SM's (instruction issue, latencies inside the SM), fewer instructions or shorter chains "
-                  "pay; about 0%: it waits on what the SM clock does not drive (DRAM), fewer bytes pay. A dash: a "
-                  f"figure is missing, or the clocks differed by less than {MIN_CLOCK_RATIO:g}x."]
+        lines += ["", "Follows SM clock: the share of the SM clock's change between the two runs (locked to base, "
+                  "then the GPU's own clocks, as the cell before it says) that the kernel's time followed. About "
+                  "100%: the time is the SM's (instruction issue, latencies inside the SM), fewer instructions or "
+                  "shorter chains pay; about 0%: it waits on what the SM clock does not drive (DRAM), fewer bytes "
+                  f"pay. A dash: a figure is missing, or the clocks differed by less than {MIN_CLOCK_RATIO:g}x."]
     return "\n".join(lines) + "\n"
 
 
