@@ -8,7 +8,7 @@ from typing import Any, Callable
 from .. import jobs
 from ..errors import UsageError
 from ..nsight.calls import choose_dtype, choose_shape
-from ..nsight.ncu import SETS
+from ..nsight.ncu import CLOCKS_NEED_COUNTERS, SETS
 from ..nsight.sanitize import TOOLS
 from ..ops.spec import KERNELS, find_op, parse_spec
 from ..places import Flags
@@ -68,7 +68,7 @@ def profile(c: Any, k: str | None = None, shape: str | None = None, dtype: str |
         flag = "trace" if trace else "kernel" if kernel else "clocks"
         raise UsageError(f"--{flag} is for Nsight Compute's profile; --timeline captures every kernel of each call.")
     if clocks and trace:
-        raise UsageError("--clocks compares Nsight Compute's runs at two clocks; --trace has no counters.")
+        raise UsageError(CLOCKS_NEED_COUNTERS)
     if (calls is not None or seconds is not None) and not timeline:
         raise UsageError("--calls and --seconds are for --timeline.")
     if pass_ not in ("forward", "backward", "full"):

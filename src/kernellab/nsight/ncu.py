@@ -36,6 +36,8 @@ CLOCK_METRICS = ("gpu__time_duration.sum", SM_CLOCK)
 #: The two runs' SM clocks must differ by this ratio at least for a share of it to mean anything (a GPU whose
 #: clocks are locked, or one that does not boost, gives none).
 MIN_CLOCK_RATIO = 1.05
+#: The one sentence for `--clocks` with `--trace` (the task refuses it before a container starts; the module too).
+CLOCKS_NEED_COUNTERS = "--clocks compares Nsight Compute's runs at two clocks; --trace has no counters."
 #: The summary's fields, from ncu's raw metric names.
 METRICS = {
     "duration_ns": "gpu__time_duration.sum",

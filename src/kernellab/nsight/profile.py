@@ -43,6 +43,7 @@ from ..ops.spec import KERNELS, OpSpec, find_op, parse_spec
 from . import report, tools
 from .calls import WARMUP, check_pass, choose_case, choose_impls, file_stem, on_this_thread, warmed_calls
 from .ncu import (
+    CLOCKS_NEED_COUNTERS,
     RANGE,
     SETS,
     check_regex,
@@ -101,7 +102,7 @@ def run(root: Path, name: str, *, shape: str | None = None, dtype: str | None = 
     import torch
 
     if clocks and trace:
-        raise ConfigError("--clocks compares Nsight Compute's runs at two clocks; --trace has no counters.")
+        raise ConfigError(CLOCKS_NEED_COUNTERS)
     spec = _find(root, name)
     if spec.kind == "cpu":
         raise ProfileError(f"{spec.name} is a CPU op: Nsight Compute profiles GPU kernels only.")
