@@ -549,6 +549,8 @@ inline RowPlan plan_backward_rows(int64_t rows, int64_t cols, int pack16, bool a
 //   1024 threads of one pack against 512 of two), float16 not: its <8, 2> spills less and lost there (kernel plus
 //   column sums, 1024 / 2048 / 4096 rows of 8192: bfloat16 41.7 -> 36.6 / 69.9 -> 59.7 / 124.4 -> 101.5 us, float16
 //   34.0 -> 35.6 / 53.3 -> 57.6 / 89.1 -> 98.7).
+//   Staged, <8, 2> spills less (10 and 30 bytes), and still lost at rows of 4096 (twice the blocks, so twice the
+//   partial rows; 4096x4096 float16 / bfloat16 spans +7.4% / +13.2%, 1024x4096 +27.8% / +25.5%; H200, 2026-12-01).
 // bfloat16 rows of 513 to 1023 packs (4104 to 8184 columns), which no power of two of threads holds evenly: one pack a
 // thread over 1024 threads, some idle, rather than <8, 2> over 512 (which spills 92 bytes). Spans, H200, kernel plus
 // column sums: 8192x5120 145.5 -> 126.1 us, 1024x5120 28.1 -> 24.2, 4096x6144 92.2 -> 72.7, 2048x7168 59.1 -> 45.5.
@@ -736,6 +738,13 @@ struct StagedRow {
 // (stage, array, pack i, thread) at ((stage * 2 + array) * PER + i) * blockDim.x + threadIdx.x (16-byte accesses by
 // consecutive threads: no bank conflicts); backward_shared_bytes counts them. Otherwise loaded into registers row by
 // row (RowPacks; grad_out maybe RowPrefetched) with the next row's L2 prefetch.
+// Each thread copying its own packs costs it about 63 of a turn's ~340 instructions (layernorm <__half, 8, 1>, SASS).
+// Stages filled by bulk copies instead (sm_90: thread 0 asks for the block's rows of a turn, x's and grad_out's, as two
+// cp.async.bulk on an mbarrier) took those away and lost: after each row's reduction (its barrier frees the other
+// stage), spans +6% to +40%; three stages, two turns ahead, -1.9% to +8.3%; behind a barrier at the turn's start, +3.6%
+// to +12.1% (layernorm float16 and rmsnorm bfloat16, bench shapes, H200, 2026-12-01; results/h200-norms, "bulk
+// copies"). A thread waits there for the block's rows, and a stage for the slowest thread, where here each waits only
+// for its own 32 bytes.
 template <typename T, int N, int PER, Sums S, int SUMS, bool STAGED>
 struct BackwardRows {
   static_assert(!STAGED || backward_staged<N, PER, S>(), "a variant that may stage");

@@ -15,7 +15,9 @@
 // the weight held as floats where a thread holds it (two conversions fewer) moved the spans -2.4% to +1.6%, 8192x5120
 // float16 +3.9% with the FMAs alone (H200, 2026-11-30; rmsnorm's likewise): these kernels do not wait on issue
 // alone. Nor on DRAM: the 2-byte ones' time follows 77-79% of the SM clock's change (`invoke profile --clocks`), and
-// rows asked two turns ahead into L2 hit there without gaining (results/h200-clocks). What holds them is on the SM.
+// rows asked two turns ahead into L2 hit there without gaining (results/h200-clocks). What holds them is on the SM,
+// and not its instruction count alone: the staged rows' copies taken off every thread (kl::BackwardRows, bulk copies)
+// lost. Each row's reduction is 5-15% of a span (a bound with none), its partial rows 8-15% (results/h200-norms).
 #include "kernellab.cuh"
 #include "layernorm.h"
 #include "rowwise.cuh"
