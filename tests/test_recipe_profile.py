@@ -59,6 +59,7 @@ def test_ncu_is_refused_where_the_case_has_no_gpu_before_anything_is_built():
 @pytest.mark.parametrize(("flags", "says"), [
     ({"tool": "vtune"}, "--tool vtune: use nsys"),
     ({"kernel": "transpose"}, "add --tool ncu"),
+    ({"clocks": True}, "--clocks profiles Nsight Compute's kernels again at the GPU's own clocks; add --tool ncu."),
     ({"tool": "ncu", "kernel": "("}, "not a regular expression"),
     ({"seconds": 0}, "--seconds 0"),
     ({"experiment": "tiled-cuda"}, "tiled-cuda needs CUDA, and target cpu has none"),
@@ -159,3 +160,66 @@ def test_the_nsight_compute_table_counts_each_kernels_warp_instructions():
     assert "| smem | warp instructions | limiter |" in table[2]
     assert table[4].startswith("| `softmax_backward_kernel` |") and "| 128 B | 16K | latency |" in table[4]
     assert "| 32 B | 8.8K | latency |" in table[5]
+
+
+FAKE_NCU = """#!{python}
+# A stand-in for ncu: --version; a profiling run (its argv logged, the report written); --import prints a raw CSV of
+# two kernels, their times and SM clocks as an H200 gave them locked to base ("-boost" reports: at its own clocks).
+import json
+import sys
+from pathlib import Path
+argv = sys.argv[1:]
+if argv == ["--version"]:
+    print("NVIDIA (R) Nsight Compute Command Line Profiler\\nVersion 2025.3.1.0 (build 1)")
+elif "--import" in argv:
+    boost = "-boost" in argv[argv.index("--import") + 1]
+    print('"ID","Kernel Name","gpu__time_duration.sum","sm__cycles_elapsed.avg.per_second"')
+    print('"","","ns","Hz"')
+    print('"0","layernorm_backward_kernel","%s","%s"' % (("36448", "1958200000") if boost else ("46400", "1482500000")))
+    print('"1","softmax_backward_kernel","%s","%s"' % (("24250", "1958200000") if boost else ("24800", "1482500000")))
+else:
+    with open("{log}", "a") as log:
+        log.write(json.dumps(argv) + "\\n")
+    Path(argv[argv.index("--export") + 1]).write_text("report")
+"""
+
+
+def test_clocks_profiles_each_pattern_again_at_the_gpus_own_clocks_and_the_table_says_what_followed(
+        tmp_path, monkeypatch):
+    """`--tool ncu --clocks` through the job the image runs (kernellab.recipes.capture, in this process, with a
+    stand-in ncu): a second run of each pattern at `--clock-control none`, matched to the first run's kernels, and the
+    summary's two columns and their note."""
+    import sys
+    from types import SimpleNamespace
+
+    from kernellab import jobs
+
+    log, fake = tmp_path / "argv.log", tmp_path / "ncu"
+    fake.write_text(FAKE_NCU.format(python=sys.executable, log=log))
+    fake.chmod(0o755)
+
+    def inside(place, job, folder):  # the job as the recipe's image runs it, here
+        assert job.argv[:3] == ("python", "-m", "kernellab.recipes.capture") and job.tools == ("ncu",)
+        monkeypatch.setenv("KERNELLAB_OUT", str(folder))
+        assert capture.main([*job.argv[3:], "--ncu", str(fake)]) == 0
+        return json.loads((folder / capture.STATUS).read_text())
+
+    monkeypatch.setattr(profiles, "_inside", inside)
+    job = jobs.Job("recipe-profile", ("python", "-m", "kernellab.recipes.capture", "--command", "true"))
+    counters = profiles._counters(None, job, tmp_path, SimpleNamespace(kernels=[]), "backward", clocks=True)
+    runs = [" ".join(json.loads(line)) for line in log.read_text().splitlines()]
+    assert len(runs) == 2 and "--clock-control base" in runs[0] and "--clock-control none" in runs[1]
+    assert "--metrics gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second" in runs[1]
+    assert all("--kernel-name regex:backward" in r and "--nvtx-include" not in r for r in runs)
+    assert sorted(p.name for p in tmp_path.glob("ncu-*.csv")) == ["ncu-1-boost.csv", "ncu-1.csv"]
+    layernorm, softmax = counters["kernels"]
+    assert counters["clocks"] and layernorm["boost_duration_ns"] == 36448.0
+    assert layernorm["clock_share"] == pytest.approx(0.87, abs=0.01) and softmax["clock_share"] < 0.1
+    table = profiles._ncu_table(counters)
+    assert "Each kernel again at the GPU's own clocks (`--clocks`)." in table[0]
+    assert table[2].startswith("| kernel | time | time at own clocks | follows SM clock | DRAM % |")
+    assert table[4].startswith("| `layernorm_backward_kernel` | 46.4 µs | 36.4 µs (1.48 -> 1.96 GHz) | 87% |")
+    assert table[-1].startswith("Follows SM clock: the share of the SM clock's change")
+    plain = profiles._counters(None, job, tmp_path, SimpleNamespace(kernels=[]), "backward")
+    assert "clocks" not in plain and len(log.read_text().splitlines()) == 3  # one more run, at base clocks
+    assert "follows SM clock" not in "\n".join(profiles._ncu_table(plain))

@@ -37,6 +37,8 @@ def recipes(c: Context) -> None:
     "case": "profile: the grid point, as k=v[,k=v] (e.g. n=4096; default: the experiment's first)",
     "tool": "profile: nsys (a timeline, the default) or ncu (the timeline, then Nsight Compute on its top kernels)",
     "kernel": "profile --tool ncu: the kernels to profile, a regex over their names (default: the timeline's top 3)",
+    "clocks": "profile --tool ncu: each kernel again at the GPU's own clocks, and the share of the SM clock's change "
+              "its time followed (about 100%: SM-bound; about 0%: memory)",
     "seconds": "profile: the capture's time limit in seconds (default 600)",
     "step": "shell: the state before step N (the patched sources writable at /sources), to fix step N by hand",
     "target": "build in this target instead of the recipe's environment (checked against the recipe)",
@@ -52,7 +54,8 @@ def recipe(c: Context, verb: str, name: str | None = None, fetch: bool = False, 
            compare: str | None = None, step: int | None = None,
            wheelhouse: str | None = None, no_cache: bool = False, locked: bool = False, update: bool = False, output: str = "bundles", chunk_size: str = "2G",
            out: str | None = None, experiment: str | None = None, case: str | None = None,
-           tool: str = "nsys", kernel: str | None = None, seconds: float = 600.0, *, where: Flags) -> None:
+           tool: str = "nsys", kernel: str | None = None, clocks: bool = False, seconds: float = 600.0, *,
+           where: Flags) -> None:
     """Paper recipes: invoke recipe VERB [NAME] [--flags] (docs/recipes.md); each flag says the verbs it serves.
 
     list          the recipes under recipes/ (also: invoke recipes)
@@ -117,14 +120,15 @@ def recipe(c: Context, verb: str, name: str | None = None, fetch: bool = False, 
         from ..recipes import profile_cluster
 
         job, image = (jobs.Job("recipe-profile", ()), None) if where.resume else profile_cluster.job(
-            name, experiment=experiment, case=case, tool=tool, kernel=kernel, target=target, seconds=seconds,
+            name, experiment=experiment, case=case, tool=tool, kernel=kernel, clocks=clocks, target=target,
+            seconds=seconds,
             dry_run=where.dry_run)
         run_job(c, job, where, image)
     elif verb == "profile":
         from ..recipes import profile as profiles
 
-        folder = profiles.profile(name, experiment=experiment, case=case, tool=tool, kernel=kernel, where=where,
-                                  seconds=seconds, results=results)
+        folder = profiles.profile(name, experiment=experiment, case=case, tool=tool, kernel=kernel, clocks=clocks,
+                                  where=where, seconds=seconds, results=results)
         print((folder / "summary.md").read_text(), end="")
         print(f"\nprofile: {folder}/ (summary.md, profile.json, timeline.png, the .nsys-rep for Nsight Systems' GUI)")
     elif verb == "shell":

@@ -1,13 +1,15 @@
 """What `invoke recipe profile` runs inside the recipe's image (a job of its own, as a case is one):
 
     python -m kernellab.recipes.capture --cwd CWD --command CMD --stem STEM [--seconds S] [--cuda X.Y]
-                                        [--nsys PATH] [--tool ncu --kernel REGEX ... [--ncu PATH]] [--about JSON]
+                                        [--nsys PATH] [--tool ncu --kernel REGEX ... [--clocks] [--ncu PATH]]
+                                        [--about JSON]
 
 With nsys (the default): find it (--nsys, else the image's own, else the host's mounted read-only), refuse before
 capturing in one sentence (no nsys, its report importer does not start, it is older than the image's CUDA), capture
 the case's bash command (kernellab.nsight.nsys.capture: a scrubbed environment, CPU sampling off, --seconds the
 limit; CUDA and NVTX traced, or NVTX and OS runtime calls where the image has no CUDA) and export it to SQLite.
-With --tool ncu: Nsight Compute on the kernels each --kernel names (no NVTX filter), exported as CSV. Everything goes
+With --tool ncu: Nsight Compute on the kernels each --kernel names (no NVTX filter), exported as CSV; --clocks runs
+each pattern a second time at the GPU's own clocks (only the time and the SM clock: `*-boost.csv`). Everything goes
 to $KERNELLAB_OUT, with `inside.json`: what ran, or the problem, and --about (what the submitting side knows of the
 case, handed back as it came: a cluster task's profile is written where its results are gathered). Standard library
 and kernellab's nsight modules only. Its types are the documents' shapes: About (--about, profile.json's start),
@@ -64,8 +66,9 @@ class About(TypedDict):
 
 
 class Status(TypedDict, total=False):
-    """inside.json: what the job did (nsys's capture: version, path, trace, exit_code, report; ncu's runs: version
-    and the csv files), or the problem; and --about, handed back as it came."""
+    """inside.json: what the job did (nsys's capture: version, path, trace, exit_code, report; ncu's runs: version,
+    the csv files and, with --clocks, the second runs' beside them), or the problem; and --about, handed back as it
+    came."""
 
     problem: str | None
     version: str | None
@@ -74,15 +77,18 @@ class Status(TypedDict, total=False):
     exit_code: int | None
     report: str
     csv: list[str]
+    boost_csv: list[str]
     about: About
 
 
 class Counters(TypedDict):
-    """Nsight Compute's counters of the kernels its patterns matched (ncu.summarize's rows)."""
+    """Nsight Compute's counters of the kernels its patterns matched (ncu.summarize's rows; with `clocks`, each with
+    its second run at the GPU's own clocks beside it: ncu.with_boost)."""
 
     version: str | None
     patterns: list[str]
     kernels: list[dict[str, Any]]
+    clocks: NotRequired[bool]
 
 
 class Nsys(TypedDict):
@@ -157,18 +163,23 @@ def inside(a: argparse.Namespace) -> Status:
         if exe is None:
             return {"problem": "Nsight Compute (ncu) is neither in the recipe's image nor installed here: install it "
                                "(docs/profile.md) or set KERNELLAB_NCU."}
-        files = []
+        files: dict[bool, list[str]] = {False: [], True: []}
         for i, pattern in enumerate(a.kernel, 1):
-            rep = folder / f"ncu-{i}.ncu-rep"
-            # at most LAUNCHES launches of each pattern (options before the program are ncu's)
-            r = proc.run(ncu.ncu_argv(exe, rep, ["--launch-count", str(LAUNCHES), *case], kernel=pattern, nvtx=False),
-                         check=False)
-            if r.returncode != 0 or not rep.exists():
-                return {"problem": ncu.explain_failure(r.stdout + r.stderr, r.returncode, exe)}
-            csv = proc.run(ncu.import_argv(exe, rep), check=False)
-            (folder / f"ncu-{i}.csv").write_text(csv.stdout)
-            files.append(f"ncu-{i}.csv")
-        return {"version": ncu.ncu_version(exe), "csv": files}
+            for boost in (False, True) if a.clocks else (False,):
+                stem = f"ncu-{i}-boost" if boost else f"ncu-{i}"
+                rep = folder / f"{stem}.ncu-rep"
+                # at most LAUNCHES launches of each pattern (options before the program are ncu's)
+                r = proc.run(ncu.ncu_argv(exe, rep, ["--launch-count", str(LAUNCHES), *case], kernel=pattern,
+                                          nvtx=False, boost=boost), check=False)
+                if r.returncode != 0 or not rep.exists():
+                    return {"problem": ncu.explain_failure(r.stdout + r.stderr, r.returncode, exe)}
+                csv = proc.run(ncu.import_argv(exe, rep), check=False)
+                (folder / f"{stem}.csv").write_text(csv.stdout)
+                files[boost].append(f"{stem}.csv")
+        status: Status = {"version": ncu.ncu_version(exe), "csv": files[False]}
+        if a.clocks:
+            status["boost_csv"] = files[True]
+        return status
     exe = Path(a.nsys) if a.nsys else tools.find("nsys")
     problem = preflight(exe, a.cuda)
     if problem or exe is None:
@@ -198,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cuda", help="the image's CUDA (checked against the nsys's)")
     p.add_argument("--tool", choices=TOOLS, default="nsys")
     p.add_argument("--kernel", action="append", default=[])
+    p.add_argument("--clocks", action="store_true", help="with --tool ncu: each pattern again at the GPU's own clocks")
     p.add_argument("--nsys")
     p.add_argument("--ncu")
     p.add_argument("--about", type=json.loads, help="JSON handed back in inside.json as `about`")

@@ -28,6 +28,7 @@ from ..engine import Engine, resolve_engine
 from ..errors import ProfileError, RecipeError
 from ..image.spec import Spec
 from ..nsight import ncu, nsys, timeline, tools
+from ..nsight import report as ncu_report
 from ..places import DEFAULT, Flags, Place
 from ..provenance import Checkout, Machine, now
 from . import build as builds
@@ -55,12 +56,13 @@ def choose_case(recipe: model.Recipe, experiment: str | None, case: str | None) 
 
 
 def profile(name: str, *, experiment: str | None = None, case: str | None = None, tool: str = "nsys",
-            kernel: str | None = None, where: Flags = DEFAULT, seconds: float = SECONDS,
+            kernel: str | None = None, clocks: bool = False, where: Flags = DEFAULT, seconds: float = SECONDS,
             results: Path = record.RESULTS, engine: Engine | None = None, place: Place | None = None,
             out: IO[str] = sys.stdout) -> Path:
-    """Capture one case under nsys (and ncu with tool="ncu") where the place flags say; return the finished folder."""
+    """Capture one case under nsys (and ncu with tool="ncu"; `clocks`: ncu again at the GPU's own clocks) where the
+    place flags say; return the finished folder."""
     target, gpu_mode, host = where.target, gpu_choice(where.gpu_mode), places.hosted(where.host)
-    recipe, exp, params, spec = check_case(name, experiment, case, tool, kernel, target, seconds)
+    recipe, exp, params, spec = check_case(name, experiment, case, tool, kernel, target, seconds, clocks)
     checks.check_gpu_mode(recipe, spec, gpu_mode)
     gpus = reproduce.chosen_gpus_of(where.gpu_index, host)
     with_gpu = bool(spec.cuda) and gpu_mode is not False and bool(gpus)
@@ -81,7 +83,7 @@ def profile(name: str, *, experiment: str | None = None, case: str | None = None
         out.write(f"profile: {recipe.name} {key} under nsys, at most {seconds:g} s ...\n")
         out.flush()
         status = _inside(place, job, partial)
-        counters = (lambda capture: _counters(place, job, partial, capture, kernel)) if tool == "ncu" else None
+        counters = (lambda capture: _counters(place, job, partial, capture, kernel, clocks)) if tool == "ncu" else None
         report(partial, doc, status, reproduce.machine_of(host, gpus[0] if with_gpu else None),
                checkout=Checkout.here(), counters=counters)
     except BaseException:
@@ -92,13 +94,16 @@ def profile(name: str, *, experiment: str | None = None, case: str | None = None
 
 
 def check_case(name: str, experiment: str | None, case: str | None, tool: str, kernel: str | None,
-               target: str | None, seconds: float) -> tuple[model.Recipe, model.Experiment, model.Params, Spec]:
+               target: str | None, seconds: float,
+               clocks: bool = False) -> tuple[model.Recipe, model.Experiment, model.Params, Spec]:
     """The flags checked (each refusal one sentence, before anything is built): the recipe, the case, the target."""
     if tool not in TOOLS:
         raise RecipeError(f"--tool {tool}: use nsys (a timeline) or ncu (the timeline, then the counters of its top "
                           "kernels).")
     if kernel and tool != "ncu":
         raise RecipeError("--kernel picks the kernels Nsight Compute profiles; add --tool ncu.")
+    if clocks and tool != "ncu":
+        raise RecipeError("--clocks profiles Nsight Compute's kernels again at the GPU's own clocks; add --tool ncu.")
     if kernel:
         ncu.check_regex(kernel)
     if not seconds or seconds <= 0:
@@ -215,17 +220,26 @@ def _inside(place: Place, job: jobs.Job, partial: Path) -> Status:
     return status
 
 
-def _counters(place: Place, job: jobs.Job, partial: Path, capture: nsys.Capture, kernel: str | None) -> Counters:
-    """Nsight Compute on the named kernels (or the timeline's top TOP), one ncu run per pattern, in the image."""
+def _counters(place: Place, job: jobs.Job, partial: Path, capture: nsys.Capture, kernel: str | None,
+              clocks: bool = False) -> Counters:
+    """Nsight Compute on the named kernels (or the timeline's top TOP), one ncu run per pattern, in the image;
+    `clocks`: each pattern's again at the GPU's own clocks, matched to the first run's launches (ncu.with_boost)."""
     names = [r["kernel"] for r in timeline.kernel_rows(capture.kernels)[:TOP]]
     if not kernel and not names:
         raise ProfileError("the timeline recorded no kernel for Nsight Compute to profile; name some with --kernel.")
     patterns = [kernel] if kernel else [re.escape(n) for n in names]
     argv = [*job.argv, "--tool", "ncu", *[a for p in patterns for a in ("--kernel", p)],
-            *(["--ncu", x] if (x := _host_override("ncu")) else [])]
+            *(["--clocks"] if clocks else []), *(["--ncu", x] if (x := _host_override("ncu")) else [])]
     status = _inside(place, dataclasses.replace(job, argv=tuple(argv), tools=("ncu",)), partial)
-    rows = [ncu.summarize(r) for f in status["csv"] for r in ncu.parse_raw_csv((partial / f).read_text())]
-    return Counters(version=status["version"], patterns=patterns, kernels=rows)
+
+    def kernels(name: str) -> list[dict[str, Any]]:
+        return [ncu.summarize(r) for r in ncu.parse_raw_csv((partial / name).read_text())]
+
+    if not clocks:
+        rows = [k for f in status["csv"] for k in kernels(f)]
+        return Counters(version=status["version"], patterns=patterns, kernels=rows)
+    rows = [k for f, b in zip(status["csv"], status["boost_csv"]) for k in ncu.with_boost(kernels(f), kernels(b))]
+    return Counters(version=status["version"], patterns=patterns, kernels=rows, clocks=True)
 
 
 # --------------------------------------------------------------------------- what the capture says
@@ -304,20 +318,11 @@ def markdown(doc: Profile, capture: nsys.Capture, osrt: list[OsCall], folder: Pa
 
 
 def _ncu_table(counters: Counters) -> list[str]:
-    def f(v: float | None, spec: str = ".1f") -> str:
-        return "–" if v is None else f"{v:{spec}}"
-
-    lines = [f"Nsight Compute {counters['version'] or '?'}, `--set basic`, clocks locked to base, caches flushed before "
-             f"each kernel; kernels matching {', '.join(f'`{p}`' for p in counters['patterns'])}.", "",
-             "| kernel | time | DRAM % | L2 % | SM % | DRAM GB/s | occupancy (achieved / theoretical) | regs | smem "
-             "| warp instructions | limiter | top stalls |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
-    for k in counters["kernels"]:
-        stalls = ", ".join(f"{s['reason']} {s['cycles_per_issue']:.1f}" for s in k["stalls"]) or "–"
-        time_us = None if k["duration_ns"] is None else k["duration_ns"] / 1e3
-        lines.append(f"| `{timeline.short(k['kernel'], 48)}` | {f(time_us)} µs | {f(k['dram_pct'])} | {f(k['l2_pct'])} "
-                     f"| {f(k['sm_pct'])} | {f(k['dram_gbps'], '.0f')} | {f(k['occupancy_achieved_pct'])} / "
-                     f"{f(k['occupancy_theoretical_pct'])} % | {f(k['registers'], '.0f')} | "
-                     f"{f(k['shared_bytes'], '.0f')} B | {ncu.count_cell(k.get('instructions'))} | {k['limiter']} "
-                     f"| {stalls} |")
-    return lines
+    """Nsight Compute's section: how it ran, the table (kernellab.nsight.report's, as `invoke profile` has it, without
+    an implementation column), and with --clocks how to read its two columns."""
+    clocks = bool(counters.get("clocks"))
+    again = " Each kernel again at the GPU's own clocks (`--clocks`)." if clocks else ""
+    lines = [f"Nsight Compute {counters['version'] or '?'}, `--set basic`, {ncu_report.SETTINGS}; kernels matching "
+             f"{', '.join(f'`{p}`' for p in counters['patterns'])}.{again}", ""]
+    lines += ncu_report.ncu_table([("", k) for k in counters["kernels"]], clocks=clocks)
+    return lines + (["", ncu_report.CLOCKS_NOTE] if clocks else [])

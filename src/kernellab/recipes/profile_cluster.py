@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 
 
 def job(name: str, *, experiment: str | None = None, case: str | None = None, tool: str = "nsys",
-        kernel: str | None = None, target: str | None = None, seconds: float = capture.SECONDS, dry_run: bool = False,
-        out: IO[str] = sys.stdout) -> tuple[jobs.Job, Image]:
+        kernel: str | None = None, clocks: bool = False, target: str | None = None, seconds: float = capture.SECONDS,
+        dry_run: bool = False, out: IO[str] = sys.stdout) -> tuple[jobs.Job, Image]:
     """`--on slurm`: the image built here (cached) and the job that captures the case in it once per GPU type (its
     report named after the type: `<gpu type>-<case>.nsys-rep`); merge() makes each task's folder a profile and the
     run's summary a table of the top kernels per GPU type."""
@@ -34,7 +34,7 @@ def job(name: str, *, experiment: str | None = None, case: str | None = None, to
         raise ClusterUsageError("--tool ncu profiles the kernels the timeline ranks first, which a cluster task cannot "
                                 "hand back in between; profile with nsys on the cluster, and with --tool ncu on a GPU "
                                 "node itself.")
-    recipe, exp, params, spec = profiles.check_case(name, experiment, case, tool, kernel, target, seconds)
+    recipe, exp, params, spec = profiles.check_case(name, experiment, case, tool, kernel, target, seconds, clocks)
     if exp.inputs:
         raise RecipeError(f"{exp.name} reads inputs (datasets), which a cluster task does not carry to its node yet; "
                           f"profile it here with `invoke recipe profile {recipe.name}`.")
