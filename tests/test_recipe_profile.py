@@ -198,14 +198,17 @@ def test_clocks_profiles_each_pattern_again_at_the_gpus_own_clocks_and_the_table
     fake.write_text(FAKE_NCU.format(python=sys.executable, log=log))
     fake.chmod(0o755)
 
+    timeouts = []
+
     def inside(place, job, folder):  # the job as the recipe's image runs it, here
         assert job.argv[:3] == ("python", "-m", "kernellab.recipes.capture") and job.tools == ("ncu",)
+        timeouts.append(job.timeout)
         monkeypatch.setenv("KERNELLAB_OUT", str(folder))
         assert capture.main([*job.argv[3:], "--ncu", str(fake)]) == 0
         return json.loads((folder / capture.STATUS).read_text())
 
     monkeypatch.setattr(profiles, "_inside", inside)
-    job = jobs.Job("recipe-profile", ("python", "-m", "kernellab.recipes.capture", "--command", "true"))
+    job = jobs.Job("recipe-profile", ("python", "-m", "kernellab.recipes.capture", "--command", "true"), timeout=900)
     counters = profiles._counters(None, job, tmp_path, SimpleNamespace(kernels=[]), "backward", clocks=True)
     runs = [" ".join(json.loads(line)) for line in log.read_text().splitlines()]
     assert len(runs) == 2 and "--clock-control base" in runs[0] and "--clock-control none" in runs[1]
@@ -223,3 +226,10 @@ def test_clocks_profiles_each_pattern_again_at_the_gpus_own_clocks_and_the_table
     plain = profiles._counters(None, job, tmp_path, SimpleNamespace(kernels=[]), "backward")
     assert "clocks" not in plain and len(log.read_text().splitlines()) == 3  # one more run, at base clocks
     assert "follows SM clock" not in "\n".join(profiles._ncu_table(plain))
+    assert timeouts == [1800, 900]  # each ncu run runs the whole case: each gets the capture's limit
+
+
+def test_the_images_job_refuses_clocks_without_ncu(capsys):
+    with pytest.raises(SystemExit):
+        capture.main(["--command", "true", "--clocks"])
+    assert "--clocks compares Nsight Compute's runs at two clocks; add --tool ncu." in capsys.readouterr().err

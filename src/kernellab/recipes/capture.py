@@ -214,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ncu")
     p.add_argument("--about", type=json.loads, help="JSON handed back in inside.json as `about`")
     a = p.parse_args(argv)
+    if a.clocks and a.tool != "ncu":
+        p.error("--clocks compares Nsight Compute's runs at two clocks; add --tool ncu.")
     try:
         status = inside(a)
     except KernellabError as e:

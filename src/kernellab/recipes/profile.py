@@ -230,7 +230,9 @@ def _counters(place: Place, job: jobs.Job, partial: Path, capture: nsys.Capture,
     patterns = [kernel] if kernel else [re.escape(n) for n in names]
     argv = [*job.argv, "--tool", "ncu", *[a for p in patterns for a in ("--kernel", p)],
             *(["--clocks"] if clocks else []), *(["--ncu", x] if (x := _host_override("ncu")) else [])]
-    status = _inside(place, dataclasses.replace(job, argv=tuple(argv), tools=("ncu",)), partial)
+    runs = len(patterns) * (2 if clocks else 1)  # each runs the whole case: each gets the capture's limit
+    timeout = job.timeout * runs if job.timeout else None
+    status = _inside(place, dataclasses.replace(job, argv=tuple(argv), tools=("ncu",), timeout=timeout), partial)
 
     def kernels(name: str) -> list[dict[str, Any]]:
         return [ncu.summarize(r) for r in ncu.parse_raw_csv((partial / name).read_text())]
