@@ -232,4 +232,5 @@ def test_clocks_profiles_each_pattern_again_at_the_gpus_own_clocks_and_the_table
 def test_the_images_job_refuses_clocks_without_ncu(capsys):
     with pytest.raises(SystemExit):
         capture.main(["--command", "true", "--clocks"])
-    assert "--clocks compares Nsight Compute's runs at two clocks; add --tool ncu." in capsys.readouterr().err
+    assert "--clocks profiles Nsight Compute's kernels again at the GPU's own clocks; add --tool ncu." in (
+        capsys.readouterr().err)

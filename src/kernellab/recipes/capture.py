@@ -39,6 +39,8 @@ SECONDS = 600.0             # the capture's default time limit
 LAUNCHES = 3                # Nsight Compute's launches of each --kernel pattern
 STATUS, OUTPUT = "inside.json", "output.txt"
 TOOLS = ("nsys", "ncu")
+#: The one sentence for --clocks without --tool ncu (the task refuses it before building; this module too).
+CLOCKS_NEED_NCU = "--clocks profiles Nsight Compute's kernels again at the GPU's own clocks; add --tool ncu."
 
 
 class About(TypedDict):
@@ -215,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--about", type=json.loads, help="JSON handed back in inside.json as `about`")
     a = p.parse_args(argv)
     if a.clocks and a.tool != "ncu":
-        p.error("--clocks compares Nsight Compute's runs at two clocks; add --tool ncu.")
+        p.error(CLOCKS_NEED_NCU)
     try:
         status = inside(a)
     except KernellabError as e:

@@ -33,7 +33,20 @@ from ..places import DEFAULT, Flags, Place
 from ..provenance import Checkout, Machine, now
 from . import build as builds
 from . import checks, experiments, inputs, manifest, model, read, record, reproduce
-from .capture import OUTPUT, SECONDS, STATUS, TOOLS, About, Counters, Nsys, OsCall, Profile, Status, TopKernel
+from .capture import (
+    CLOCKS_NEED_NCU,
+    OUTPUT,
+    SECONDS,
+    STATUS,
+    TOOLS,
+    About,
+    Counters,
+    Nsys,
+    OsCall,
+    Profile,
+    Status,
+    TopKernel,
+)
 
 TOP = 3                     # kernels Nsight Compute profiles when --kernel names none
 LOG = "profile.log"         # what the job in the image printed
@@ -103,7 +116,7 @@ def check_case(name: str, experiment: str | None, case: str | None, tool: str, k
     if kernel and tool != "ncu":
         raise RecipeError("--kernel picks the kernels Nsight Compute profiles; add --tool ncu.")
     if clocks and tool != "ncu":
-        raise RecipeError("--clocks profiles Nsight Compute's kernels again at the GPU's own clocks; add --tool ncu.")
+        raise RecipeError(CLOCKS_NEED_NCU)
     if kernel:
         ncu.check_regex(kernel)
     if not seconds or seconds <= 0:
